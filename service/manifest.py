@@ -1,0 +1,117 @@
+"""The artifact manifest: what an exported model says about itself.
+
+`exporters` writes it next to `model.onnx` / `model.plan`; the service reads it and guesses nothing.
+This module is the one place the schema lives (exporters import it; it imports neither torch nor training).
+
+Output contract every exported detector obeys (TensorRT NMS-plugin layout), K = ``max_detections``:
+
+==================  ===============  =======  ==================================================
+output              shape            dtype    meaning
+==================  ===============  =======  ==================================================
+num_detections      [B, 1]           int32    valid rows per image
+detection_boxes     [B, K, 4]        float32  x1, y1, x2, y2 normalized to the network input
+detection_scores    [B, K]           float32  descending
+detection_classes   [B, K]           int32    index into ``labels``
+detection_masks     [B, K, Mh, Mw]   float32  (mask models only) low-resolution mask probabilities
+==================  ===============  =======  ==================================================
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+MANIFEST_FILE = "manifest.json"
+SCHEMA_VERSION = 1
+
+OUTPUT_NAMES: tuple[str, ...] = (
+    "num_detections",
+    "detection_boxes",
+    "detection_scores",
+    "detection_classes",
+)
+MASK_OUTPUT = "detection_masks"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class InputSpec(_Strict):
+    """What the graph's single input expects. The service resizes; the graph casts and normalizes."""
+
+    name: str = "images"
+    height: int = Field(gt=0)
+    width: int = Field(gt=0)
+    resize: Literal["stretch", "letterbox"] = "stretch"
+    color_order: Literal["RGB", "BGR"] = "RGB"
+    dtype: Literal["uint8", "float32"] = "uint8"
+    layout: Literal["NHWC", "NCHW"] = "NHWC"
+    # Letterbox only: the resized image is pasted top-left and the rest filled with this value per channel.
+    pad_value: tuple[int, int, int] = (0, 0, 0)
+
+
+class Label(_Strict):
+    """One class the model predicts; ``detection_classes`` holds an index into the manifest's labels."""
+
+    name: str
+    coco_id: int | None = None
+
+
+class Provenance(_Strict):
+    checkpoint_sha256: str | None = None
+    training_config: dict[str, Any] = Field(default_factory=dict)
+    export_settings: dict[str, Any] = Field(default_factory=dict)
+    tool_versions: dict[str, str] = Field(default_factory=dict)
+    created_at: str | None = None
+
+
+class Manifest(_Strict):
+    schema_version: int = SCHEMA_VERSION
+    name: str
+    version: str
+    architecture: str  # e.g. "ssd300"
+    backbone: str | None = None
+    format: Literal["onnx", "tensorrt"]
+    precision: Literal["fp32", "fp16"] = "fp32"
+    file: str  # model file name inside the version folder
+    input: InputSpec
+    outputs: tuple[str, ...] = OUTPUT_NAMES
+    labels: tuple[Label, ...]
+    score_threshold: float = Field(ge=0.0, le=1.0)
+    iou_threshold: float = Field(ge=0.0, le=1.0)
+    max_detections: int = Field(gt=0)
+    # Largest batch the artifact accepts; ``dynamic_batch`` False means exactly ``max_batch_size`` per call.
+    max_batch_size: int = Field(default=32, gt=0)
+    dynamic_batch: bool = True
+    mask_size: tuple[int, int] | None = None
+    provenance: Provenance = Field(default_factory=Provenance)
+    verification: dict[str, Any] = Field(default_factory=dict)
+    # Accuracy measured for this artifact, e.g. {"coco_ap": 0.61, "dataset": "synthetic val"}.
+    metrics: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check_outputs(self) -> Manifest:
+        missing = [n for n in OUTPUT_NAMES if n not in self.outputs]
+        if missing:
+            raise ValueError(f"outputs must include {list(OUTPUT_NAMES)}; missing {missing}")
+        if (MASK_OUTPUT in self.outputs) != (self.mask_size is not None):
+            raise ValueError(f"mask_size must be set exactly when {MASK_OUTPUT!r} is an output")
+        return self
+
+    @property
+    def has_masks(self) -> bool:
+        return MASK_OUTPUT in self.outputs
+
+    @classmethod
+    def read(cls, version_dir: str | Path) -> Manifest:
+        path = Path(version_dir) / MANIFEST_FILE
+        return cls.model_validate(json.loads(path.read_text()))
+
+    def write(self, version_dir: str | Path) -> Path:
+        path = Path(version_dir) / MANIFEST_FILE
+        path.write_text(self.model_dump_json(indent=2) + "\n")
+        return path

@@ -1,0 +1,72 @@
+"""COCO evaluation through pycocotools: update -> synchronize -> accumulate -> summarize."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pycocotools.coco import COCO
+from pycocotools.cocoeval import COCOeval
+
+from training.distributed import all_gather_objects
+
+METRIC_NAMES: tuple[str, ...] = (
+    "AP", "AP50", "AP75", "APs", "APm", "APl", "AR1", "AR10", "AR100", "ARs", "ARm", "ARl",
+)  # fmt: skip
+
+
+class CocoEvaluator:
+    """Collects detections in the COCO results format and scores them against ``coco_gt``.
+
+    Each result is ``{"image_id", "category_id", "bbox": [x, y, w, h] in pixels, "score"}`` (plus
+    ``"segmentation"`` RLE for ``segm``).
+    """
+
+    def __init__(self, coco_gt: COCO, iou_types: tuple[str, ...] = ("bbox",)) -> None:
+        self.coco_gt = coco_gt
+        self.iou_types = iou_types
+        self.results: list[dict[str, Any]] = []
+        self.image_ids: list[int] = []
+        self.stats: dict[str, dict[str, float]] = {}
+
+    def update(self, results: list[dict[str, Any]], image_ids: list[int]) -> None:
+        self.results.extend(results)
+        self.image_ids.extend(int(i) for i in image_ids)
+
+    def synchronize(self) -> None:
+        """Merge every rank's results (no-op without a process group)."""
+        gathered = all_gather_objects((self.results, self.image_ids))
+        self.results = [r for res, _ in gathered for r in res]
+        self.image_ids = sorted({i for _, ids in gathered for i in ids})
+
+    def accumulate_and_summarize(self, verbose: bool = True) -> dict[str, dict[str, float]]:
+        """Run COCOeval per IoU type; returns ``{iou_type: {metric name: value}}`` (12 metrics each)."""
+        for iou_type in self.iou_types:
+            if not self.results:  # pycocotools cannot load an empty result list: nothing found scores 0
+                self.stats[iou_type] = dict.fromkeys(METRIC_NAMES, 0.0)
+                continue
+            # loadRes mutates what it is given; keep ours intact for writing out later.
+            with contextlib.redirect_stdout(io.StringIO()):
+                coco_dt = self.coco_gt.loadRes(copy.deepcopy(self.results))
+            evaluator = COCOeval(self.coco_gt, coco_dt, iou_type)
+            evaluator.params.imgIds = self.image_ids or sorted(self.coco_gt.getImgIds())
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                evaluator.evaluate()
+                evaluator.accumulate()
+                evaluator.summarize()
+            if verbose:
+                print(f"COCO {iou_type}:\n{out.getvalue()}", end="")
+            stats = np.asarray(evaluator.stats, dtype=float)
+            self.stats[iou_type] = {name: float(v) for name, v in zip(METRIC_NAMES, stats, strict=True)}
+        return self.stats
+
+    def write_results(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.write_text(json.dumps(self.results))
+        return path

@@ -1,0 +1,126 @@
+"""One training epoch and one evaluation pass, independent of the architecture (see ``training.tasks``)."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from pycocotools.coco import COCO
+from torch import nn
+from tqdm import tqdm
+
+from training.box_ops import xyxy_to_ltwh
+from training.coco_eval import CocoEvaluator
+from training.tasks.base import Batch, DetectorTask
+
+
+def autocast_context(device: torch.device, precision: str) -> contextlib.AbstractContextManager[Any]:
+    """fp16 autocast on CUDA (with a grad scaler), bf16 autocast on either device, or nothing for fp32."""
+    if precision == "fp16":
+        return torch.autocast(device.type, dtype=torch.float16)
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def train_one_epoch(
+    *,
+    task: DetectorTask,
+    model: nn.Module,
+    criterion: nn.Module,
+    loader: Iterable[Batch],
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    scaler: torch.amp.GradScaler,
+    device: torch.device,
+    precision: str,
+    epoch: int,
+    start_iter: int,
+    max_iters: int | None,
+    log_interval: int,
+    world_size: int,
+    on_log: Callable[[dict[str, Any]], None],
+    show_progress: bool,
+) -> int:
+    """Train until the loader ends or ``max_iters`` is reached; returns the global iteration count."""
+    model.train()
+    iteration = start_iter
+    total = len(loader) if hasattr(loader, "__len__") else None
+    bar = tqdm(loader, total=total, desc=f"epoch {epoch}", disable=not show_progress, leave=False)
+    window_start, window_images, window_loss, window_steps = time.perf_counter(), 0, 0.0, 0
+    for batch in bar:
+        if max_iters is not None and iteration >= max_iters:
+            break
+        with autocast_context(device, precision):
+            loss = task.loss(model, criterion, batch, device)
+        if not math.isfinite(loss.item()):
+            raise FloatingPointError(f"loss is {loss.item()} at iteration {iteration}; stopping")
+        optimizer.zero_grad(set_to_none=True)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        scheduler.step()
+        iteration += 1
+        batch_images = int(batch[0].shape[0]) * world_size
+        window_images += batch_images
+        window_loss += loss.item()
+        window_steps += 1
+        bar.set_postfix(loss=f"{loss.item():.3f}")
+        if iteration % log_interval == 0:
+            elapsed = time.perf_counter() - window_start
+            on_log(
+                {
+                    "event": "train",
+                    "epoch": epoch,
+                    "iteration": iteration,
+                    "loss": window_loss / window_steps,
+                    "lr": optimizer.param_groups[0]["lr"],
+                    "images_per_s": window_images / elapsed,
+                }
+            )
+            window_start, window_images, window_loss, window_steps = time.perf_counter(), 0, 0.0, 0
+    return iteration
+
+
+@torch.no_grad()
+def evaluate(
+    *,
+    task: DetectorTask,
+    model: nn.Module,
+    loader: Iterable[Batch],
+    coco_gt: COCO,
+    categories: list[dict[str, Any]],
+    device: torch.device,
+    precision: str = "fp32",
+    verbose: bool = True,
+) -> CocoEvaluator:
+    """Predict on every batch ``(images, image_ids, orig_sizes)`` and score with pycocotools.
+
+    Runs on one process over the whole split (the trainer calls it on rank 0 only).
+    """
+    model.eval()
+    evaluator = CocoEvaluator(coco_gt)
+    category_ids = [int(c["id"]) for c in categories]
+    for images, image_ids, orig_sizes in loader:
+        with autocast_context(device, precision):
+            predictions = task.predict(model, images.to(device))
+        results = []
+        for pred, image_id, (height, width) in zip(predictions, image_ids, orig_sizes, strict=True):
+            scale = torch.tensor([width, height, width, height], dtype=torch.float32)
+            boxes = xyxy_to_ltwh(pred["boxes"].float().cpu() * scale)
+            for box, score, label in zip(boxes.tolist(), pred["scores"].tolist(), pred["labels"].tolist()):
+                results.append(
+                    {
+                        "image_id": int(image_id),
+                        "category_id": category_ids[int(label) - 1],
+                        "bbox": [round(v, 3) for v in box],
+                        "score": round(float(score), 5),
+                    }
+                )
+        evaluator.update(results, list(image_ids))
+    evaluator.accumulate_and_summarize(verbose=verbose)
+    return evaluator

@@ -1,0 +1,70 @@
+"""``detect-train eval``: the 12 COCO metrics of a checkpoint on a COCO-format split."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+from typing import Any
+
+import torch
+from pycocotools.coco import COCO
+
+from training.checkpoint import load_checkpoint
+from training.coco_eval import METRIC_NAMES
+from training.data.coco import resolve_split
+from training.engine import evaluate
+from training.tasks import get_task
+from training.train import default_split
+
+
+def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--data", required=True, help="COCO-format dataset root")
+    parser.add_argument("--split", help="default: val2017 if present, else val")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    parser.add_argument("--results", help="write the detections as a COCO results JSON here")
+    return parser
+
+
+def run_eval(
+    checkpoint: str,
+    data: str,
+    split: str | None = None,
+    batch_size: int = 16,
+    workers: int = 2,
+    device: str = "auto",
+    results: str | None = None,
+    verbose: bool = True,
+) -> dict[str, float]:
+    ckpt = load_checkpoint(checkpoint)
+    dev = torch.device("cuda" if device == "cuda" or (device == "auto" and torch.cuda.is_available()) else "cpu")
+    task = get_task(ckpt.model_name)(ckpt.model_args)
+    model = ckpt.build().to(dev).eval()
+    split = split or default_split(data, "val")
+    _, ann = resolve_split(data, split)
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco_gt = COCO(str(ann))
+    evaluator = evaluate(
+        task=task,
+        model=model,
+        loader=task.eval_loader(data, split, batch_size, workers),
+        coco_gt=coco_gt,
+        categories=ckpt.categories,
+        device=dev,
+        verbose=verbose,
+    )
+    if results:
+        evaluator.write_results(results)
+    return evaluator.stats["bbox"]
+
+
+def main(args: argparse.Namespace) -> dict[str, Any]:
+    stats = run_eval(args.checkpoint, args.data, args.split, args.batch_size, args.workers, args.device,
+                     args.results, verbose=True)  # fmt: skip
+    width = max(len(n) for n in METRIC_NAMES)
+    for name in METRIC_NAMES:
+        print(f"{name:>{width}}: {stats[name]:.4f}")
+    return stats

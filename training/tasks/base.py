@@ -1,0 +1,45 @@
+"""The interface the trainer and evaluator use, so adding an architecture adds one task module."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sized
+from typing import Any, Protocol, TypedDict
+
+import torch
+from torch import Tensor, nn
+
+
+class Prediction(TypedDict):
+    """One image's detections: ``boxes [K, 4]`` xyxy normalized to the network input (0-1),
+    ``scores [K]``, ``labels [K]`` int64 contiguous labels (1..C)."""
+
+    boxes: Tensor
+    scores: Tensor
+    labels: Tensor
+
+
+Batch = tuple[Any, ...]
+
+
+class TrainLoader(Iterable[Batch], Sized, Protocol):
+    def set_epoch(self, epoch: int) -> None: ...
+
+
+class DetectorTask(Protocol):
+    model_name: str
+
+    def __init__(self, model_args: dict[str, Any]) -> None: ...
+
+    def build_model(self, backbone_weights: str | None = None) -> nn.Module: ...
+
+    def build_criterion(self) -> nn.Module: ...
+
+    def train_loader(
+        self, kind: str, root: str, split: str, batch_size: int, workers: int, seed: int, rank: int, world: int
+    ) -> TrainLoader: ...
+
+    def eval_loader(self, root: str, split: str, batch_size: int, workers: int) -> Iterable[Batch]: ...
+
+    def loss(self, model: nn.Module, criterion: nn.Module, batch: Batch, device: torch.device) -> Tensor: ...
+
+    def predict(self, model: nn.Module, images: Tensor) -> list[Prediction]: ...

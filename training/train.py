@@ -1,0 +1,218 @@
+"""``detect-train train``: the training recipe as ``get_args_parser()`` + ``main(cfg)``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from pycocotools.coco import COCO
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from training import distributed
+from training.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from training.config import PRESETS, TrainConfig, make_config
+from training.data.coco import resolve_split
+from training.engine import evaluate, train_one_epoch
+from training.models.registry import model_names
+from training.optim import build_scheduler, build_sgd
+from training.run_log import RunLog
+from training.tasks import get_task
+
+
+def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("--preset", choices=sorted(PRESETS), help="named recipe; flags below override it")
+    parser.add_argument("--model", choices=model_names())
+    parser.add_argument("--backbone", help="resnet18 | resnet34 | resnet50 | resnet101 | resnet152")
+    parser.add_argument("--backbone-weights", help="torchvision ImageNet weights file for the backbone")
+    parser.add_argument("--data", required=True, help="COCO-format dataset root (images + annotations/)")
+    parser.add_argument("--train-split")
+    parser.add_argument("--val-split")
+    parser.add_argument("--output", help="run directory for checkpoints, logs and plots")
+    parser.add_argument("--epochs", type=int)
+    parser.add_argument("--max-iters", type=int)
+    parser.add_argument("--batch-size", type=int, help="per process")
+    parser.add_argument("--base-lr", type=float, help="LR for 32 images per step; scaled by world x batch / 32")
+    parser.add_argument("--momentum", type=float)
+    parser.add_argument("--weight-decay", type=float)
+    parser.add_argument("--schedule", choices=["multistep", "cosine"])
+    parser.add_argument("--milestones", type=int, nargs="+", help="epochs at which multistep decays x0.1")
+    parser.add_argument("--warmup-iters", type=int)
+    parser.add_argument("--pipeline", choices=["dali", "torch"])
+    parser.add_argument("--workers", type=int)
+    parser.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"])
+    parser.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None)
+    parser.add_argument("--eval-every", type=int, help="evaluate every N epochs (and after the last)")
+    parser.add_argument("--eval-batch-size", type=int)
+    parser.add_argument("--log-interval", type=int)
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"])
+    parser.add_argument("--resume", help="checkpoint to continue from (model, optimizer, schedule, step)")
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    overrides = {k: v for k, v in vars(args).items() if k not in {"preset", "command", "func"}}
+    return make_config(args.preset, **overrides)
+
+
+def default_split(root: str, kind: str) -> str:
+    """``train2017``/``val2017`` when the dataset is laid out like COCO 2017, else ``train``/``val``."""
+    coco_name = f"{kind}2017"
+    return coco_name if (Path(root) / "annotations" / f"instances_{coco_name}.json").exists() else kind
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    if precision == "auto":
+        return "fp16" if device.type == "cuda" else "fp32"
+    if precision == "fp16" and device.type != "cuda":
+        raise ValueError("fp16 autocast needs a GPU; use --precision bf16 or fp32 on the CPU")
+    return precision
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def main(cfg: TrainConfig) -> dict[str, Any]:
+    """Train, checkpoint every epoch, evaluate; returns the last evaluation's metrics (rank 0)."""
+    if cfg.data is None:
+        raise ValueError("--data is required")
+    info = distributed.init_distributed(cfg.device)
+    try:
+        return _train(cfg, info)
+    finally:
+        distributed.cleanup()
+
+
+def _train(cfg: TrainConfig, info: distributed.DistInfo) -> dict[str, Any]:
+    assert cfg.data is not None
+    device = info.device
+    _seed_everything(cfg.seed + info.rank)
+    train_split = cfg.train_split or default_split(cfg.data, "train")
+    val_split = cfg.val_split or default_split(cfg.data, "val")
+    _, train_ann = resolve_split(cfg.data, train_split)
+    categories = [
+        {"id": int(c["id"]), "name": str(c["name"])} for c in json.loads(Path(train_ann).read_text())["categories"]
+    ]
+    model_args = {"num_classes": len(categories), "backbone": cfg.backbone}
+
+    resume: Checkpoint | None = load_checkpoint(cfg.resume) if cfg.resume else None
+    if resume is not None:
+        if resume.model_name != cfg.model or resume.model_args != model_args:
+            raise ValueError(
+                f"--resume checkpoint is {resume.model_name} {resume.model_args}, this run is {cfg.model} {model_args}"
+            )
+
+    task = get_task(cfg.model)(model_args)
+    model: nn.Module = task.build_model(None if resume else cfg.backbone_weights).to(device)
+    if resume is not None:
+        model.load_state_dict(resume.model, strict=True)
+    if cfg.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    train_model: nn.Module = (
+        DistributedDataParallel(model, device_ids=[info.local_rank] if device.type == "cuda" else None)
+        if info.enabled
+        else model
+    )
+    criterion = task.build_criterion().to(device)
+    loader = task.train_loader(
+        cfg.pipeline, cfg.data, train_split, cfg.batch_size, cfg.workers, cfg.seed, info.rank, info.world_size
+    )
+    iters_per_epoch = len(loader)
+    total_iters = cfg.epochs * iters_per_epoch
+    if cfg.max_iters is not None:
+        total_iters = min(total_iters, cfg.max_iters)
+    lr = cfg.base_lr * info.world_size * cfg.batch_size / 32
+    optimizer = build_sgd(model, lr, cfg.momentum, cfg.weight_decay)
+    scheduler = build_scheduler(
+        optimizer,
+        kind=cfg.schedule,
+        total_iters=total_iters,
+        warmup_iters=cfg.warmup_iters,
+        warmup_factor=cfg.warmup_factor,
+        milestones=[m * iters_per_epoch for m in cfg.milestones],
+    )
+    precision = resolve_precision(cfg.precision, device)
+    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+    start_epoch, iteration = 0, 0
+    if resume is not None:
+        optimizer.load_state_dict(resume.optimizer or {})
+        scheduler.load_state_dict(resume.scheduler or {})
+        if resume.scaler:
+            scaler.load_state_dict(resume.scaler)
+        start_epoch, iteration = resume.epoch, resume.iteration
+
+    output = Path(cfg.output)
+    output.mkdir(parents=True, exist_ok=True)
+    log = RunLog(output, enabled=info.is_main)
+    log.write({"event": "start", "config": cfg.to_dict(), "world_size": info.world_size, "lr": lr,
+               "iters_per_epoch": iters_per_epoch, "precision": precision, "device": str(device)})  # fmt: skip
+    coco_gt = None
+    metrics: dict[str, Any] = {}
+    run_start = time.perf_counter()
+    for epoch in range(start_epoch, cfg.epochs):
+        if cfg.max_iters is not None and iteration >= cfg.max_iters:
+            break
+        loader.set_epoch(epoch)
+        epoch_start, epoch_iter_start = time.perf_counter(), iteration
+        iteration = train_one_epoch(
+            task=task, model=train_model, criterion=criterion, loader=loader, optimizer=optimizer,
+            scheduler=scheduler, scaler=scaler, device=device, precision=precision, epoch=epoch,
+            start_iter=iteration, max_iters=cfg.max_iters, log_interval=cfg.log_interval,
+            world_size=info.world_size, on_log=log.write, show_progress=info.is_main,
+        )  # fmt: skip
+        epoch_time = time.perf_counter() - epoch_start
+        images = (iteration - epoch_iter_start) * cfg.batch_size * info.world_size
+        log.write({"event": "epoch", "epoch": epoch, "iteration": iteration, "seconds": epoch_time,
+                   "images_per_s": images / max(epoch_time, 1e-9)})  # fmt: skip
+        last = epoch == cfg.epochs - 1 or (cfg.max_iters is not None and iteration >= cfg.max_iters)
+        if info.is_main and ((epoch + 1) % cfg.eval_every == 0 or last):
+            coco_gt = coco_gt or _load_gt(cfg.data, val_split)
+            evaluator = evaluate(
+                task=task,
+                model=model,
+                loader=task.eval_loader(cfg.data, val_split, cfg.eval_batch_size, cfg.workers),
+                coco_gt=coco_gt,
+                categories=categories,
+                device=device,
+            )
+            metrics = {"bbox": evaluator.stats["bbox"], "split": val_split, "epoch": epoch}
+            log.write({"event": "eval", "epoch": epoch, "iteration": iteration, **evaluator.stats["bbox"]})
+        if info.is_main:
+            ckpt = Checkpoint(
+                model_name=cfg.model,
+                model_args=model_args,
+                categories=categories,
+                model=model.state_dict(),
+                config=cfg.to_dict(),
+                epoch=epoch + 1,
+                iteration=iteration,
+                optimizer=optimizer.state_dict(),
+                scheduler=scheduler.state_dict(),
+                scaler=scaler.state_dict(),
+                metrics=metrics,
+            )
+            save_checkpoint(ckpt, output / "checkpoint.pt")
+            log.plot()
+        distributed.barrier()
+        model.train()
+    log.write({"event": "end", "iteration": iteration, "seconds": time.perf_counter() - run_start, **metrics})
+    return metrics
+
+
+def _load_gt(root: str, split: str) -> COCO:
+    import contextlib
+    import io
+
+    _, ann = resolve_split(root, split)
+    with contextlib.redirect_stdout(io.StringIO()):
+        return COCO(str(ann))
