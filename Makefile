@@ -18,6 +18,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 setup: $(VENV)/.installed
+	@bash scripts/install-system-deps.sh
 
 $(SERVE_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(SERVE_VENV)

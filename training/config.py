@@ -59,7 +59,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "pipeline": "torch",
         "workers": 2,
         "precision": "bf16",
-        "eval_every": 100,
+        "eval_every": 2,
         "eval_batch_size": 16,
         "log_interval": 10,
     },

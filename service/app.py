@@ -1,0 +1,73 @@
+"""The FastAPI application: `create_app(settings)`.
+
+The repository is scanned when the app is created (a broken one raises `RepositoryError` at once);
+the lifespan then loads, warms up and starts every model in the background, so liveness answers
+immediately and readiness turns true when all models serve. On shutdown the batchers drain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from importlib.metadata import PackageNotFoundError, version
+
+from fastapi import FastAPI
+
+from service.backends import BackendFactory, create_backend
+from service.errors import install_error_handlers
+from service.lifecycle import Lifecycle
+from service.metrics import ServiceMetrics
+from service.middleware import DetectRequestMiddleware
+from service.repository import scan_repository, select_versions
+from service.routes import detect, health, metrics, models
+from service.runtime import ModelRuntime
+from service.settings import Settings
+
+
+def _package_version() -> str:
+    try:
+        return version("detect")
+    except PackageNotFoundError:  # running from a source tree that was not installed
+        return "0+unknown"
+
+
+def create_app(settings: Settings | None = None, *, backend_factory: BackendFactory | None = None) -> FastAPI:
+    """The service app for ``settings`` (default: from the environment).
+
+    ``backend_factory`` turns a repository entry into a backend (default `create_backend`); tests wrap
+    it to observe or pace real backends. Raises `RepositoryError` for a broken model repository.
+    """
+    settings = settings if settings is not None else Settings()
+    entries = select_versions(scan_repository(settings.model_repository), settings.versions)
+    service_metrics = ServiceMetrics()
+    lifecycle = Lifecycle(service_metrics)
+    runtime = ModelRuntime(entries, settings, service_metrics, backend_factory or create_backend)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        executor = ThreadPoolExecutor(settings.worker_threads, thread_name_prefix="detect-worker")
+        app.state.executor = executor
+        runtime.start_loading()
+        try:
+            yield
+        finally:
+            lifecycle.begin_drain()
+            await runtime.stop(settings.drain_timeout_s)
+            executor.shutdown(wait=True, cancel_futures=True)
+
+    app = FastAPI(
+        title="detect",
+        version=_package_version(),
+        description="Object detection over HTTP: dynamic batching, boxed images, Prometheus metrics.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.metrics = service_metrics
+    app.state.lifecycle = lifecycle
+    app.state.runtime = runtime
+    install_error_handlers(app)
+    app.add_middleware(DetectRequestMiddleware, lifecycle=lifecycle, metrics=service_metrics)
+    for module in (detect, models, health, metrics):
+        app.include_router(module.router)
+    return app

@@ -1,0 +1,66 @@
+"""FastAPI dependencies as `Annotated` aliases, so route functions stay a few lines."""
+
+from __future__ import annotations
+
+from concurrent.futures import Executor
+from typing import Annotated
+
+from fastapi import Depends, Query, Request
+
+from service.errors import ServiceUnavailable
+from service.lifecycle import Lifecycle
+from service.metrics import ServiceMetrics
+from service.runtime import LoadedModel, ModelRuntime
+from service.schemas import DetectQuery
+from service.settings import Settings
+
+
+def get_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def get_runtime(request: Request) -> ModelRuntime:
+    runtime: ModelRuntime = request.app.state.runtime
+    return runtime
+
+
+def get_metrics(request: Request) -> ServiceMetrics:
+    metrics: ServiceMetrics = request.app.state.metrics
+    return metrics
+
+
+def get_lifecycle(request: Request) -> Lifecycle:
+    lifecycle: Lifecycle = request.app.state.lifecycle
+    return lifecycle
+
+
+def get_executor(request: Request) -> Executor:
+    """The worker threads for decode, resize, mask pasting and rendering (created in the lifespan)."""
+    executor: Executor = request.app.state.executor
+    return executor
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+RuntimeDep = Annotated[ModelRuntime, Depends(get_runtime)]
+MetricsDep = Annotated[ServiceMetrics, Depends(get_metrics)]
+LifecycleDep = Annotated[Lifecycle, Depends(get_lifecycle)]
+ExecutorDep = Annotated[Executor, Depends(get_executor)]
+DetectQueryDep = Annotated[DetectQuery, Query()]
+
+
+def get_model(request: Request, query: DetectQueryDep, runtime: RuntimeDep) -> LoadedModel:
+    """The serving model version the request names: 404 if unknown, 503 while it is not ready.
+
+    Also labels the request's metrics with the model name.
+    """
+    model = runtime.get(query.model, query.version)
+    request.state.model = model.name
+    if not model.ready:
+        raise ServiceUnavailable(
+            f"model {model.name!r} version {model.version!r} is {model.status()}", retry_after_s=5
+        )
+    return model
+
+
+ModelDep = Annotated[LoadedModel, Depends(get_model)]

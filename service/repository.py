@@ -1,0 +1,106 @@
+"""The model repository: ``<root>/<name>/<version>/{manifest.json, model.onnx | model.plan}``.
+
+Scanning reads manifests only (cheap), so the CLI can reject a broken repository before starting the
+server. Any inconsistency is a `RepositoryError` naming the path and what is wrong with it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import ValidationError
+
+from service.manifest import MANIFEST_FILE, Manifest
+
+# Allowed model file suffixes per manifest format.
+_SUFFIXES: dict[str, tuple[str, ...]] = {"onnx": (".onnx",), "tensorrt": (".plan", ".engine")}
+
+
+class RepositoryError(Exception):
+    """The model repository is missing, empty or inconsistent; the message says where and why."""
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One version of one model: its folder and its validated manifest."""
+
+    name: str
+    version: str
+    directory: Path
+    manifest: Manifest
+
+    @property
+    def model_path(self) -> Path:
+        return self.directory / self.manifest.file
+
+
+def version_sort_key(version: str) -> tuple[int, int, str]:
+    """Numeric versions sort numerically and after non-numeric ones ("2" < "10"; "dev" < "1")."""
+    return (1, int(version), "") if version.isdigit() else (0, 0, version)
+
+
+def _visible_dirs(path: Path) -> list[Path]:
+    return sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
+
+
+def _read_entry(name: str, version_dir: Path) -> ModelEntry:
+    manifest_path = version_dir / MANIFEST_FILE
+    if not manifest_path.is_file():
+        raise RepositoryError(f"{version_dir}: missing {MANIFEST_FILE}")
+    try:
+        manifest = Manifest.model_validate(json.loads(manifest_path.read_text()))
+    except json.JSONDecodeError as exc:
+        raise RepositoryError(f"{manifest_path}: not valid JSON ({exc})") from exc
+    except ValidationError as exc:
+        raise RepositoryError(f"{manifest_path}: does not match the manifest schema:\n{exc}") from exc
+    if manifest.name != name:
+        raise RepositoryError(f"{manifest_path}: name {manifest.name!r} does not match its folder {name!r}")
+    if manifest.version != version_dir.name:
+        raise RepositoryError(
+            f"{manifest_path}: version {manifest.version!r} does not match its folder {version_dir.name!r}"
+        )
+    model_path = version_dir / manifest.file
+    if not model_path.is_file():
+        raise RepositoryError(f"{version_dir}: manifest names model file {manifest.file!r}, which is missing")
+    if model_path.suffix not in _SUFFIXES[manifest.format]:
+        raise RepositoryError(
+            f"{model_path}: format {manifest.format!r} expects a file ending in "
+            f"{' or '.join(_SUFFIXES[manifest.format])}"
+        )
+    return ModelEntry(name=name, version=version_dir.name, directory=version_dir, manifest=manifest)
+
+
+def scan_repository(root: str | Path) -> list[ModelEntry]:
+    """Every model version under ``root``, sorted by name, then version (lowest first).
+
+    Raises `RepositoryError` if ``root`` is not a folder, holds no models, or any version is broken:
+    one broken version fails the whole scan, because serving a partial repository hides the problem.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise RepositoryError(f"model repository {str(root)!r} does not exist or is not a folder")
+    entries: list[ModelEntry] = []
+    for model_dir in _visible_dirs(root):
+        versions = _visible_dirs(model_dir)
+        if not versions:
+            raise RepositoryError(f"{model_dir}: no version folders (expected {model_dir}/<version>/)")
+        for version_dir in sorted(versions, key=lambda p: version_sort_key(p.name)):
+            entries.append(_read_entry(model_dir.name, version_dir))
+    if not entries:
+        raise RepositoryError(
+            f"model repository {str(root)!r} holds no models (expected <name>/<version>/{MANIFEST_FILE})"
+        )
+    return entries
+
+
+def select_versions(entries: list[ModelEntry], policy: Literal["latest", "all"]) -> list[ModelEntry]:
+    """The entries to load: every one, or the highest version of each model."""
+    if policy == "all":
+        return list(entries)
+    latest: dict[str, ModelEntry] = {}
+    for entry in entries:  # sorted lowest version first, so the last one wins
+        latest[entry.name] = entry
+    return list(latest.values())

@@ -1,0 +1,17 @@
+"""Prometheus scrape endpoint."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from service.deps import MetricsDep, RuntimeDep
+
+router = APIRouter(tags=["metrics"])
+
+
+@router.get("/metrics", response_class=Response)
+async def metrics(registry: MetricsDep, runtime: RuntimeDep) -> Response:
+    """Every service metric in the Prometheus text format."""
+    runtime.refresh_metrics()
+    body, content_type = registry.exposition()
+    return Response(body, media_type=content_type)

@@ -1,0 +1,80 @@
+"""``detect-bench http`` against a real detect-serve, with the raw-backend comparison.
+
+(It lives with the service tests because it needs their toy model repository and server helper.)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+from service_testkit import Server, encode, solid_image
+
+from exporters.bench.cli import SUBCOMMANDS, build_parser, main
+from exporters.bench.http_load import batch_histogram, load_images
+
+
+def test_subcommands_are_registered() -> None:
+    assert "http" in SUBCOMMANDS
+    args = build_parser().parse_args(["http", "--images", "x.jpg"])
+    assert args.command == "http" and args.concurrency == 16 and args.url == "http://127.0.0.1:8000"
+
+
+def test_batch_histogram_reads_sum_and_count_per_model() -> None:
+    text = (
+        "# HELP detect_batch_size Images per inference batch\n"
+        "# TYPE detect_batch_size histogram\n"
+        'detect_batch_size_bucket{le="+Inf",model="a"} 2.0\n'
+        'detect_batch_size_sum{model="a"} 6.0\n'
+        'detect_batch_size_count{model="a"} 2.0\n'
+        'detect_batch_size_bucket{le="+Inf",model="b"} 1.0\n'
+        'detect_batch_size_sum{model="b"} 1.0\n'
+        'detect_batch_size_count{model="b"} 1.0\n'
+    )
+    assert batch_histogram(text, "a") == (6.0, 2.0)
+    assert batch_histogram(text, None) == (7.0, 3.0)
+
+
+def test_load_images_from_folders_and_files(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "a.png").write_bytes(encode(solid_image(1)))
+    (tmp_path / "b.jpg").write_bytes(encode(solid_image(2), ".jpg"))
+    (tmp_path / "notes.txt").write_text("skip me")
+    images = load_images([tmp_path])
+    assert [(i.name, i.content_type) for i in images] == [("b.jpg", "image/jpeg"), ("a.png", "image/png")]
+    with pytest.raises(FileNotFoundError):
+        load_images([tmp_path / "missing"])
+
+
+@pytest.mark.slow
+def test_http_bench_against_a_running_server(toy_repo: Path, tmp_path: Path) -> None:
+    images = tmp_path / "images"
+    images.mkdir()
+    for value in (60, 120, 180):
+        (images / f"{value}.png").write_bytes(encode(solid_image(value, height=96, width=128)))
+    env = {"DETECT_MAX_QUEUE_DELAY_MS": "5", "DETECT_INTRA_OP_THREADS": "1", "DETECT_ACCESS_LOG": "false"}
+    server = Server(toy_repo, env)
+    try:
+        out = tmp_path / "result.json"
+        argv = ["http", "--url", server.url, "--images", str(images), "--concurrency", "4", "--duration", "1"]
+        argv += ["--warmup", "0.2", "--json", str(out), "--compare-backend", str(toy_repo / "toy" / "1")]
+        server.wait_until(lambda: _ready(server.url), "readiness")
+        assert main(argv) == 0
+    finally:
+        server.close()
+    result = json.loads(out.read_text())
+    assert result["ok"] > 0 and result["status_counts"] == {"200": result["ok"]}
+    assert set(result["latency_ms"]) == {"p50", "p90", "p99", "mean", "max"}
+    assert result["latency_ms"]["p50"] <= result["latency_ms"]["p99"]
+    assert 1.0 <= result["mean_batch_size"] <= 4.0  # at most one request per client in flight
+    assert result["raw_backend"]["batch_size"] == max(1, round(result["mean_batch_size"]))
+    assert result["http_over_raw"] > 0
+
+
+def _ready(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/health/ready", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False

@@ -1,0 +1,42 @@
+import contextlib
+import io
+from pathlib import Path
+
+import pytest
+from pycocotools.coco import COCO
+
+from training.coco_eval import METRIC_NAMES, CocoEvaluator
+
+
+def _gt(root: Path) -> COCO:
+    with contextlib.redirect_stdout(io.StringIO()):
+        return COCO(str(root / "annotations" / "instances_val.json"))
+
+
+def test_ground_truth_fed_back_scores_ap_one(tiny_coco: Path) -> None:
+    gt = _gt(tiny_coco)
+    results = [
+        {"image_id": a["image_id"], "category_id": a["category_id"], "bbox": a["bbox"], "score": 1.0}
+        for a in gt.dataset["annotations"]
+    ]
+    evaluator = CocoEvaluator(gt)
+    evaluator.update(results, gt.getImgIds())
+    stats = evaluator.accumulate_and_summarize(verbose=False)["bbox"]
+    assert list(stats) == list(METRIC_NAMES)
+    assert stats["AP"] == pytest.approx(1.0)
+    assert stats["AP50"] == pytest.approx(1.0)
+
+
+def test_wrong_class_and_no_results_score_zero(tiny_coco: Path) -> None:
+    gt = _gt(tiny_coco)
+    cat_ids = gt.getCatIds()
+    wrong = [
+        {"image_id": a["image_id"], "category_id": next(c for c in cat_ids if c != a["category_id"]),
+         "bbox": a["bbox"], "score": 1.0}
+        for a in gt.dataset["annotations"]
+    ]  # fmt: skip
+    evaluator = CocoEvaluator(gt)
+    evaluator.update(wrong, gt.getImgIds())
+    assert evaluator.accumulate_and_summarize(verbose=False)["bbox"]["AP"] == pytest.approx(0.0)
+    empty = CocoEvaluator(gt)
+    assert empty.accumulate_and_summarize(verbose=False)["bbox"]["AP"] == 0.0
