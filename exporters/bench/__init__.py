@@ -1,0 +1,1 @@
+"""Benchmarks (``detect-bench``): HTTP load against a running service, raw backend throughput."""

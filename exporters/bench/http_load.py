@@ -1,0 +1,281 @@
+"""``detect-bench http``: closed-loop HTTP load against a running detect-serve.
+
+``concurrency`` clients each send one image per request, back to back, for ``duration`` seconds (after
+a warm-up that is not counted). Reports throughput, latency percentiles of successful requests, status
+counts, and the mean batch size the server formed during the run (the delta of its
+``detect_batch_size`` histogram). With ``--compare-backend MODEL_DIR`` it then measures the raw backend
+at that mean batch size in the same run and prints HTTP / raw: the share of compute throughput that
+survives serving.
+
+Imports no torch; needs httpx (dev extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import httpx
+import numpy as np
+from prometheus_client.parser import text_string_to_metric_families
+
+IMAGE_TYPES = {
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".png": "image/png",
+    ".bmp": "image/bmp",
+    ".webp": "image/webp",
+}
+
+
+@dataclass(frozen=True)
+class BenchImage:
+    name: str
+    data: bytes
+    content_type: str
+
+
+@dataclass
+class HttpLoadResult:
+    url: str
+    model: str | None
+    concurrency: int
+    duration_s: float
+    requests: int
+    ok: int
+    throughput_rps: float  # successful requests (= images) per second
+    latency_ms: dict[str, float]  # p50, p90, p99, mean, max of successful requests
+    status_counts: dict[str, int]
+    errors: dict[str, int]  # transport errors by exception type
+    mean_batch_size: float | None  # from the server's metrics; None if it formed no batch
+    batches: int
+    raw_backend: dict[str, object] | None = field(default=None)
+    http_over_raw: float | None = None
+
+
+def load_images(paths: Sequence[str | Path]) -> list[BenchImage]:
+    """Image files from files and folders (searched recursively for .jpg/.jpeg/.png/.bmp/.webp)."""
+    files: list[Path] = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            files += sorted(p for p in path.rglob("*") if p.suffix.lower() in IMAGE_TYPES)
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise FileNotFoundError(f"no such image file or folder: {path}")
+    if not files:
+        raise ValueError(f"no images found in {[str(p) for p in paths]}")
+    return [
+        BenchImage(p.name, p.read_bytes(), IMAGE_TYPES.get(p.suffix.lower(), "application/octet-stream"))
+        for p in files
+    ]
+
+
+def batch_histogram(metrics_text: str, model: str | None) -> tuple[float, float]:
+    """(sum, count) of ``detect_batch_size`` for ``model`` (None: all models)."""
+    total = count = 0.0
+    for family in text_string_to_metric_families(metrics_text):
+        if family.name != "detect_batch_size":
+            continue
+        for sample in family.samples:
+            if model is not None and sample.labels.get("model") != model:
+                continue
+            if sample.name == "detect_batch_size_sum":
+                total += sample.value
+            elif sample.name == "detect_batch_size_count":
+                count += sample.value
+    return total, count
+
+
+async def run_http_load(
+    url: str,
+    images: Sequence[BenchImage],
+    *,
+    concurrency: int = 16,
+    duration_s: float = 20.0,
+    model: str | None = None,
+    warmup_s: float = 2.0,
+    timeout_s: float = 60.0,
+) -> HttpLoadResult:
+    """Drive ``url``'s POST /detect with ``concurrency`` closed-loop clients for ``duration_s`` seconds."""
+    if concurrency < 1 or duration_s <= 0 or not images:
+        raise ValueError(
+            f"need concurrency >= 1, duration > 0 and images; got {concurrency}, {duration_s}, {len(images)}"
+        )
+    params = {"model": model} if model else {}
+    latencies: list[float] = []
+    statuses: Counter[str] = Counter()
+    errors: Counter[str] = Counter()
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=url, timeout=timeout_s, limits=limits) as client:
+
+        async def client_loop(index: int, stop_at: float, record: bool) -> None:
+            i = index
+            while time.monotonic() < stop_at:
+                image = images[i % len(images)]
+                i += concurrency
+                started = time.perf_counter()
+                try:
+                    response = await client.post(
+                        "/detect",
+                        params=params,
+                        content=image.data,
+                        headers={"content-type": image.content_type},
+                    )
+                except httpx.HTTPError as exc:
+                    if record:
+                        errors[type(exc).__name__] += 1
+                    continue
+                if record:
+                    statuses[str(response.status_code)] += 1
+                    if response.is_success:
+                        latencies.append(time.perf_counter() - started)
+
+        if warmup_s > 0:
+            stop_at = time.monotonic() + warmup_s
+            await asyncio.gather(*(client_loop(i, stop_at, False) for i in range(concurrency)))
+        before = batch_histogram((await client.get("/metrics")).text, model)
+        started = time.monotonic()
+        stop_at = started + duration_s
+        await asyncio.gather(*(client_loop(i, stop_at, True) for i in range(concurrency)))
+        elapsed = time.monotonic() - started
+        after = batch_histogram((await client.get("/metrics")).text, model)
+
+    batches = after[1] - before[1]
+    ok = len(latencies)
+    latency_ms: dict[str, float] = {}
+    if latencies:
+        ms = np.asarray(latencies) * 1000
+        latency_ms = {
+            "p50": float(np.percentile(ms, 50)),
+            "p90": float(np.percentile(ms, 90)),
+            "p99": float(np.percentile(ms, 99)),
+            "mean": float(ms.mean()),
+            "max": float(ms.max()),
+        }
+    return HttpLoadResult(
+        url=url,
+        model=model,
+        concurrency=concurrency,
+        duration_s=elapsed,
+        requests=sum(statuses.values()) + sum(errors.values()),
+        ok=ok,
+        throughput_rps=ok / elapsed,
+        latency_ms=latency_ms,
+        status_counts=dict(sorted(statuses.items())),
+        errors=dict(errors),
+        mean_batch_size=(after[0] - before[0]) / batches if batches > 0 else None,
+        batches=int(batches),
+    )
+
+
+def compare_with_backend(
+    result: HttpLoadResult,
+    model_dir: str | Path,
+    images: Sequence[BenchImage],
+    duration_s: float,
+    threads: int,
+) -> None:
+    """Measure the raw backend at the run's mean batch size and store it and HTTP/raw in ``result``."""
+    from exporters.bench.service_backend import measure_backend_throughput
+    from service.settings import Settings
+
+    batch = max(1, round(result.mean_batch_size or 1))
+    raw = measure_backend_throughput(
+        model_dir,
+        batch_size=batch,
+        images=[image.data for image in images[:batch]],
+        duration_s=duration_s,
+        model=result.model,
+        settings=Settings(intra_op_threads=threads),
+    )
+    result.raw_backend = asdict(raw)
+    result.http_over_raw = result.throughput_rps / raw.images_per_s if raw.images_per_s > 0 else math.nan
+
+
+def format_report(result: HttpLoadResult) -> str:
+    lat = result.latency_ms
+    lines = [
+        f"detect-bench http {result.url} model={result.model or '(default)'} "
+        f"concurrency={result.concurrency} duration={result.duration_s:.1f}s",
+        f"requests     {result.requests} (ok {result.ok})   throughput {result.throughput_rps:.2f} img/s",
+        (
+            f"latency ms   p50 {lat['p50']:.1f}  p90 {lat['p90']:.1f}  p99 {lat['p99']:.1f}  "
+            f"mean {lat['mean']:.1f}  max {lat['max']:.1f}"
+            if lat
+            else "latency ms   (no successful request)"
+        ),
+        "status       "
+        + ", ".join(f"{code}: {n}" for code, n in result.status_counts.items())
+        + (f"   transport errors: {result.errors}" if result.errors else ""),
+        (
+            f"mean batch   {result.mean_batch_size:.2f} over {result.batches} batches"
+            if result.mean_batch_size is not None
+            else "mean batch   (no batch formed)"
+        ),
+    ]
+    if result.raw_backend is not None:
+        raw = result.raw_backend
+        lines.append(
+            f"raw backend  {raw['images_per_s']:.2f} img/s at batch {raw['batch_size']} ({raw['backend']})   "
+            f"HTTP/raw {result.http_over_raw:.2f}"
+        )
+    return "\n".join(lines)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", default="http://127.0.0.1:8000", help="service base URL")
+    parser.add_argument("--images", nargs="+", required=True, help="image files and/or folders")
+    parser.add_argument("--concurrency", type=int, default=16, help="closed-loop clients")
+    parser.add_argument("--duration", type=float, default=20.0, help="measured seconds")
+    parser.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds first")
+    parser.add_argument("--model", help="model name (default: the server's default)")
+    parser.add_argument("--json", type=Path, help="also write the result as JSON here")
+    parser.add_argument(
+        "--compare-backend",
+        metavar="MODEL_DIR",
+        help="then measure this model folder's raw backend at the observed mean batch size",
+    )
+    parser.add_argument(
+        "--backend-threads", type=int, default=0, help="intra-op threads for --compare-backend"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    images = load_images(args.images)
+    result = asyncio.run(
+        run_http_load(
+            args.url,
+            images,
+            concurrency=args.concurrency,
+            duration_s=args.duration,
+            model=args.model,
+            warmup_s=args.warmup,
+        )
+    )
+    if args.compare_backend:
+        compare_with_backend(
+            result,
+            args.compare_backend,
+            images,
+            duration_s=min(args.duration, 10.0),
+            threads=args.backend_threads,
+        )
+    print(format_report(result))
+    if args.json:
+        args.json.write_text(json.dumps(asdict(result), indent=2) + "\n")
+    return 0 if result.ok > 0 else 1
+
+
+if __name__ == "__main__":
+    from exporters.bench.cli import main
+
+    sys.exit(main(["http", *sys.argv[1:]]))

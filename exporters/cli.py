@@ -1,0 +1,195 @@
+"""``detect-export``: checkpoint -> ONNX artifact -> FP16 / TensorRT, with verification at every step.
+
+    detect-export onnx --checkpoint runs/ssd/checkpoint.pt --output models/ssd300/1
+    detect-export verify --artifact models/ssd300/1 --checkpoint runs/ssd/checkpoint.pt [--data DIR]
+    detect-export fp16-eval --artifact models/ssd300/1 [--data DIR]
+    detect-export trt --artifact models/ssd300/1 --output models/ssd300-trt/1 [--timing-cache FILE]
+
+Exit codes: 0 success; 2 bad input (missing or unreadable file, unknown architecture, existing output,
+invalid ONNX or manifest, bad option); 3 verification out of tolerance; 4 a GPU is required (``trt``
+after writing everything that needs none). Failed commands leave no partial artifact behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from exporters.errors import ExportError, GpuRequiredError, VerificationError
+
+EXIT_BAD_INPUT = 2
+EXIT_VERIFICATION = 3
+EXIT_GPU_REQUIRED = 4
+
+
+def _add_data_arguments(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--data", help=f"COCO-format dataset root: also compare COCO AP of {what}")
+    parser.add_argument("--split", help="dataset split (default: val2017 if present, else val)")
+    parser.add_argument("--max-images", type=int, help="evaluate only the first N images (by id)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="detect-export", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    onnx = sub.add_parser("onnx", help="export a checkpoint to an ONNX artifact (model.onnx + manifest.json)")
+    onnx.add_argument("--checkpoint", required=True, type=Path)
+    onnx.add_argument(
+        "--output", required=True, type=Path, help="artifact folder, e.g. models/<name>/<version>"
+    )
+    onnx.add_argument("--name", help="model name (default: the output's parent folder name)")
+    onnx.add_argument("--version", help="model version (default: the output folder name)")
+    onnx.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17)")
+    onnx.add_argument("--max-detections", type=int, help="K detections per image (default 100)")
+    onnx.add_argument("--score-threshold", type=float, help="default: the architecture's (SSD300: 0.05)")
+    onnx.add_argument("--iou-threshold", type=float, help="NMS IoU (default: the architecture's, 0.5)")
+    onnx.add_argument("--topk-per-class", type=int, help="candidates per class before NMS (default 200)")
+    onnx.add_argument("--max-batch", type=int, default=32, help="largest batch the service may send")
+    onnx.add_argument("--no-verify", action="store_true", help="skip the comparison with eager PyTorch")
+    onnx.add_argument("--force", action="store_true", help="replace an existing output folder")
+
+    verify = sub.add_parser(
+        "verify", help="compare an ONNX artifact with eager PyTorch; results into manifest"
+    )
+    verify.add_argument("--artifact", required=True, type=Path)
+    verify.add_argument("--checkpoint", required=True, type=Path)
+    _add_data_arguments(verify, "eager PyTorch and the artifact")
+    verify.add_argument("--batch-size", type=int, default=8)
+    verify.add_argument("--no-write", action="store_true", help="do not record the results in the manifest")
+    verify.add_argument("--json", type=Path, help="also write the full report here")
+
+    fp16 = sub.add_parser("fp16-eval", help="accuracy of the FP16 graph against FP32 (ONNX Runtime, CPU)")
+    fp16.add_argument("--artifact", required=True, type=Path, help="the FP32 ONNX artifact")
+    fp16.add_argument("--fp16", type=Path, help="FP16 ONNX to evaluate (default: convert the artifact)")
+    _add_data_arguments(fp16, "FP32 and FP16")
+    fp16.add_argument("--no-write", action="store_true", help="do not record the results in the manifest")
+    fp16.add_argument("--json", type=Path, help="also write the full report here")
+
+    trt = sub.add_parser("trt", help="FP16 ONNX + strongly typed TensorRT engine (model.plan)")
+    trt.add_argument("--artifact", required=True, type=Path, help="the FP32 ONNX artifact")
+    trt.add_argument("--output", required=True, type=Path, help="engine artifact folder")
+    trt.add_argument("--name")
+    trt.add_argument("--version")
+    trt.add_argument("--min-batch", type=int, default=1)
+    trt.add_argument("--opt-batch", type=int, default=8)
+    trt.add_argument("--max-batch", type=int, default=32)
+    trt.add_argument("--workspace-gb", type=float, help="builder workspace limit (default: TensorRT's)")
+    trt.add_argument("--timing-cache", type=Path, help="timing cache file, read if present and updated")
+    _add_data_arguments(trt, "FP32 and FP16 before building")
+    trt.add_argument("--force", action="store_true", help="replace an existing output folder")
+    return parser
+
+
+def _print_report(report: dict[str, Any], json_path: Path | None) -> None:
+    print(f"{'PASSED' if report['passed'] else 'FAILED'}: {report.get('summary', '')}".rstrip(": "))
+    if json_path is not None:
+        json_path.write_text(json.dumps(report, indent=2) + "\n")
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "onnx":
+        from exporters.onnx_export import OnnxExportRequest, export_onnx
+
+        manifest = export_onnx(
+            OnnxExportRequest(
+                checkpoint=args.checkpoint,
+                output=args.output,
+                name=args.name,
+                version=args.version,
+                opset=args.opset,
+                score_threshold=args.score_threshold,
+                iou_threshold=args.iou_threshold,
+                topk_per_class=args.topk_per_class,
+                max_detections=args.max_detections,
+                max_batch_size=args.max_batch,
+                verify=not args.no_verify,
+                force=args.force,
+            )
+        )
+        print(
+            f"wrote {args.output}/{manifest.file} and manifest.json ({manifest.name}/{manifest.version}, "
+            f"{manifest.architecture}, {len(manifest.labels)} labels, K={manifest.max_detections})"
+        )
+        print(f"verification: {manifest.verification.get('summary', manifest.verification)}")
+        return 0
+    if args.command == "verify":
+        from exporters.verify import verify_artifact
+
+        report = verify_artifact(
+            args.artifact,
+            args.checkpoint,
+            data=args.data,
+            split=args.split,
+            batch_size=args.batch_size,
+            max_images=args.max_images,
+            write=not args.no_write,
+        )
+        _print_report(report, args.json)
+        return 0 if report["passed"] else EXIT_VERIFICATION
+    if args.command == "fp16-eval":
+        from exporters.fp16 import fp16_eval
+
+        report = fp16_eval(
+            args.artifact, args.fp16, args.data, args.split, args.max_images, write=not args.no_write
+        )
+        report["summary"] = "; ".join(
+            [f"{n} rel err {r['max_rel_error']:.2e}" for n, r in report["raw_outputs"].items()]
+            + (
+                [
+                    f"AP fp32 {report['coco']['fp32_ap']:.4f} fp16 {report['coco']['fp16_ap']:.4f} "
+                    f"(delta {report['coco']['ap_delta']:+.4f})"
+                ]
+                if "coco" in report
+                else []
+            )
+        )
+        _print_report(report, args.json)
+        return 0 if report["passed"] else EXIT_VERIFICATION
+    if args.command == "trt":
+        from exporters.tensorrt_build import TensorRTExportRequest, export_tensorrt
+
+        manifest = export_tensorrt(
+            TensorRTExportRequest(
+                artifact=args.artifact,
+                output=args.output,
+                min_batch=args.min_batch,
+                opt_batch=args.opt_batch,
+                max_batch=args.max_batch,
+                workspace_gb=args.workspace_gb,
+                timing_cache=args.timing_cache,
+                data=args.data,
+                split=args.split,
+                max_images=args.max_images,
+                name=args.name,
+                version=args.version,
+                force=args.force,
+            )
+        )
+        print(f"wrote {args.output}/{manifest.file} and manifest.json (format {manifest.format}, fp16)")
+        return 0
+    raise AssertionError(f"unhandled command {args.command!r}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from training.checkpoint import CheckpointError  # imports torch: after argument parsing
+
+    prefix = f"detect-export {args.command}: error:"
+    try:
+        return _run(args)
+    except GpuRequiredError as exc:
+        print(f"{prefix} {exc}", file=sys.stderr)
+        return EXIT_GPU_REQUIRED
+    except VerificationError as exc:
+        print(f"{prefix} {exc}", file=sys.stderr)
+        return EXIT_VERIFICATION
+    except (ExportError, CheckpointError, ValueError, FileNotFoundError) as exc:
+        print(f"{prefix} {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,174 @@
+"""Comparing an exported graph's outputs with a reference: raw tensors, the output contract, detections.
+
+Detections are matched, not compared row by row: two runtimes may order equal scores differently (and
+an untrained model has many near-equal scores), which legitimately swaps rows, or swaps which of two
+tied candidates survives NMS or the cut at K. A detection left unmatched counts as *explained* when its
+score lies within the score tolerance of the score threshold or of either side's last kept score when
+that side holds K rows (the cut at K), or when the other side has an unmatched detection of the same
+class and score that overlaps it by more than the NMS IoU (NMS kept the other of two tied boxes).
+Anything else is a real disagreement.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from service.manifest import OUTPUT_NAMES
+
+_DTYPES = {
+    "num_detections": np.int32,
+    "detection_boxes": np.float32,
+    "detection_scores": np.float32,
+    "detection_classes": np.int32,
+}
+
+
+@dataclass(frozen=True)
+class Detections:
+    """One image's detections: ``boxes [N, 4]`` normalized x1y1x2y2, ``scores [N]``, ``classes [N]``."""
+
+    boxes: np.ndarray
+    scores: np.ndarray
+    classes: np.ndarray
+
+    @classmethod
+    def from_contract(cls, outputs: dict[str, np.ndarray]) -> list[Detections]:
+        """Split the padded contract outputs into per-image detections (rows < num_detections)."""
+        result = []
+        for i, n in enumerate(outputs["num_detections"].reshape(-1).tolist()):
+            result.append(
+                cls(
+                    outputs["detection_boxes"][i, :n],
+                    outputs["detection_scores"][i, :n],
+                    outputs["detection_classes"][i, :n].astype(np.int64),
+                )
+            )
+        return result
+
+
+def raw_errors(reference: np.ndarray, actual: np.ndarray) -> dict[str, float]:
+    """``max_abs_error`` and ``max_rel_error`` (max abs error / max |reference|) of two same-shape arrays."""
+    if reference.shape != actual.shape:
+        raise ValueError(f"shape mismatch: reference {reference.shape}, actual {actual.shape}")
+    diff = np.abs(reference.astype(np.float64) - actual.astype(np.float64))
+    scale = float(np.abs(reference).max()) if reference.size else 0.0
+    max_abs = float(diff.max()) if diff.size else 0.0
+    return {"max_abs_error": max_abs, "max_rel_error": max_abs / scale if scale > 0 else max_abs}
+
+
+def contract_problems(outputs: dict[str, np.ndarray], batch: int, max_detections: int) -> list[str]:
+    """Every way ``outputs`` break the output contract (names, dtypes, shapes, ordering, padding)."""
+    problems = []
+    expected = {
+        "num_detections": (batch, 1),
+        "detection_boxes": (batch, max_detections, 4),
+        "detection_scores": (batch, max_detections),
+        "detection_classes": (batch, max_detections),
+    }
+    for name in OUTPUT_NAMES:
+        if name not in outputs:
+            problems.append(f"missing output {name}")
+            continue
+        value = outputs[name]
+        if value.dtype != _DTYPES[name]:
+            problems.append(f"{name} has dtype {value.dtype}, expected {np.dtype(_DTYPES[name])}")
+        if value.shape != expected[name]:
+            problems.append(f"{name} has shape {value.shape}, expected {expected[name]}")
+    if problems:
+        return problems
+    for i, n in enumerate(outputs["num_detections"].reshape(-1).tolist()):
+        scores = outputs["detection_scores"][i]
+        if not 0 <= n <= max_detections:
+            problems.append(f"image {i}: num_detections {n} outside 0..{max_detections}")
+            continue
+        if np.any(np.diff(scores[:n]) > 0):
+            problems.append(f"image {i}: scores are not descending")
+        padding = (scores[n:], outputs["detection_boxes"][i, n:], outputs["detection_classes"][i, n:])
+        if any(np.any(p != 0) for p in padding):
+            problems.append(f"image {i}: rows after num_detections ({n}) are not zero")
+    return problems
+
+
+def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
+    """IoU of one x1y1x2y2 box with ``boxes [N, 4]``."""
+    lt = np.maximum(box[:2], boxes[:, :2])
+    rb = np.minimum(box[2:], boxes[:, 2:])
+    inter = np.prod(np.clip(rb - lt, 0, None), axis=1)
+    area = np.prod(np.clip(box[2:] - box[:2], 0, None))
+    areas = np.prod(np.clip(boxes[:, 2:] - boxes[:, :2], 0, None), axis=1)
+    union = area + areas - inter
+    return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
+
+
+def match_detections(
+    reference: Detections,
+    actual: Detections,
+    *,
+    box_tol: float,
+    score_tol: float,
+    score_threshold: float,
+    iou_threshold: float,
+    max_detections: int,
+) -> dict[str, Any]:
+    """Greedy one-to-one matching (same class, score and every box coordinate within tolerance).
+
+    Returns counts (``reference``, ``actual``, ``matched``, ``unexplained``, see the module docstring)
+    and the largest box and score errors over matched pairs.
+    """
+    used = np.zeros(len(reference.scores), dtype=bool)
+    matched_actual = np.zeros(len(actual.scores), dtype=bool)
+    box_err = score_err = 0.0
+    for i in range(len(actual.scores)):
+        candidates = np.flatnonzero(
+            ~used
+            & (reference.classes == actual.classes[i])
+            & (np.abs(reference.scores - actual.scores[i]) <= score_tol)
+            & (np.abs(reference.boxes - actual.boxes[i]).max(axis=1, initial=0.0) <= box_tol)
+        )
+        if candidates.size:
+            j = candidates[np.argmin(np.abs(reference.scores[candidates] - actual.scores[i]))]
+            used[j] = matched_actual[i] = True
+            box_err = max(box_err, float(np.abs(reference.boxes[j] - actual.boxes[i]).max()))
+            score_err = max(score_err, float(abs(reference.scores[j] - actual.scores[i])))
+    boundaries = [score_threshold]
+    for side in (reference, actual):
+        if len(side.scores) == max_detections and len(side.scores):
+            boundaries.append(float(side.scores.min()))
+
+    def explained(
+        dets: Detections, i: int | np.integer[Any], others: Detections, others_left: np.ndarray
+    ) -> bool:
+        score = float(dets.scores[i])
+        if any(abs(b - score) <= score_tol for b in boundaries):
+            return True
+        tied = (
+            others_left & (others.classes == dets.classes[i]) & (np.abs(others.scores - score) <= score_tol)
+        )
+        return bool(np.any(_iou(dets.boxes[i], others.boxes[tied]) > iou_threshold - 1e-6))
+
+    unexplained = sum(not explained(reference, i, actual, ~matched_actual) for i in np.flatnonzero(~used))
+    unexplained += sum(not explained(actual, i, reference, ~used) for i in np.flatnonzero(~matched_actual))
+    return {
+        "reference": len(reference.scores),
+        "actual": len(actual.scores),
+        "matched": int(used.sum()),
+        "unexplained": int(unexplained),
+        "max_box_error": box_err,
+        "max_score_error": score_err,
+    }
+
+
+def summarize_matches(per_image: list[dict[str, Any]]) -> dict[str, Any]:
+    """Totals over images of :func:`match_detections` results."""
+    return {
+        "images": len(per_image),
+        "reference": sum(m["reference"] for m in per_image),
+        "actual": sum(m["actual"] for m in per_image),
+        "matched": sum(m["matched"] for m in per_image),
+        "unexplained": sum(m["unexplained"] for m in per_image),
+        "max_box_error": max((m["max_box_error"] for m in per_image), default=0.0),
+        "max_score_error": max((m["max_score_error"] for m in per_image), default=0.0),
+    }

@@ -1,0 +1,346 @@
+"""FP16 graphs for strongly typed TensorRT, and their accuracy against FP32 measured with ONNX Runtime.
+
+TensorRT >= 10.12 deprecates (11 removes) weak typing: the precision has to be in the ONNX graph. The
+conversion here (onnxconverter-common) keeps the graph's inputs and outputs in their original types
+(uint8 images in; float32 / int32 detections out) and keeps these parts in FP32:
+
+- the input preprocessing (cast, normalization, transpose: everything before the first Conv), so
+  the mean/std arithmetic is not rounded before the network sees it;
+- everything downstream of the raw head outputs: box decoding (exp of the size codes), softmax,
+  score comparisons, TopK, NonMaxSuppression and the final gather/scatter, where FP16 rounding would
+  flip threshold decisions and box coordinates;
+- onnxconverter-common's default block list plus the numerically sensitive op types below, wherever
+  they appear.
+
+So only the network body (convolutions, BN folded into them, ReLU, pooling) runs in FP16.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from onnx import ModelProto, TensorProto, shape_inference
+from onnxconverter_common import float16
+
+from exporters.artifact import read_artifact, utc_now
+from exporters.coco_ap import coco_ap
+from exporters.compare import Detections, contract_problems, match_detections, raw_errors, summarize_matches
+from exporters.errors import InvalidModelError
+from exporters.onnx_graph import (
+    check,
+    downstream_nodes,
+    ensure_node_names,
+    extract,
+    load_checked,
+    tensor_elem_types,
+    with_outputs,
+)
+from exporters.runtime import cpu_session
+from exporters.verify import (
+    generated_batches,
+    manifest_resize,
+    onnx_detector,
+    raw_names_from_manifest,
+    write_manifest,
+)
+from service.manifest import OUTPUT_NAMES, Manifest
+
+# Op types that stay FP32 wherever they occur (in addition to onnxconverter-common's defaults).
+SENSITIVE_OP_TYPES: tuple[str, ...] = (
+    "NonMaxSuppression",
+    "TopK",
+    "Softmax",
+    "LogSoftmax",
+    "Exp",
+    "Log",
+    "Sigmoid",
+    "ScatterND",
+    "ScatterElements",
+    "GatherElements",
+    "GatherND",
+    "RoiAlign",
+    "ReduceSum",
+)
+
+
+@dataclass(frozen=True)
+class Fp16Tolerances:
+    """FP16 vs FP32 in ONNX Runtime: raw outputs relative to their range, detections by AP."""
+
+    raw_rel: float = 1e-2
+    box: float = 1e-2
+    score: float = 1e-2
+    ap: float = 0.002
+
+
+def split_nodes(
+    model: ModelProto, input_name: str, raw_outputs: list[str]
+) -> tuple[list[int], list[int], list[int]]:
+    """Indices of the (preprocess, network, postprocess) nodes, each in graph order.
+
+    Preprocess: nodes fed by the input before the first Conv. Network: the remaining ancestors of the
+    raw head outputs. Postprocess: everything else (box decoding, scores, NMS, padding).
+    """
+    pre_names = set(downstream_nodes(model, [input_name], stop_op_types=frozenset({"Conv"})))
+    producer = {out: i for i, node in enumerate(model.graph.node) for out in node.output}
+    ancestors: set[int] = set()
+    stack = [producer[name] for name in raw_outputs if name in producer]
+    while stack:
+        i = stack.pop()
+        if i in ancestors:
+            continue
+        ancestors.add(i)
+        stack.extend(producer[t] for t in model.graph.node[i].input if t in producer)
+    pre, net, post = [], [], []
+    for i, node in enumerate(model.graph.node):
+        if node.name in pre_names:
+            pre.append(i)
+        elif i in ancestors:
+            net.append(i)
+        else:
+            post.append(i)
+    return pre, net, post
+
+
+def convert_to_fp16(model: ModelProto, input_name: str, raw_outputs: list[str]) -> ModelProto:
+    """The FP16 graph (see the module docstring); checked with the ONNX checker.
+
+    Only the network sub-graph goes through onnxconverter-common (``keep_io_types``, so its boundary
+    stays FP32, and the sensitive op types blocked); it is then put back between the FP32
+    preprocessing and post-processing. Converting the whole graph with a node block list instead trips
+    onnxconverter-common 1.16's cast clean-up ("The downstream node of the second cast node should be
+    graph output") on this graph.
+
+    Raises:
+        InvalidModelError: the converted graph fails the checker.
+    """
+    source = ModelProto()
+    source.CopyFrom(model)
+    ensure_node_names(source)
+    nodes = source.graph.node
+    pre, net, post = split_nodes(source, input_name, raw_outputs)
+    net_set = set(net)
+    produced_by_net = {out for i in net for out in nodes[i].output}
+    graph_inputs = {i.name for i in source.graph.input}
+    initializers = {init.name for init in source.graph.initializer}
+    # The sub-graph's inputs: tensors network nodes read that are neither its own nor initializers.
+    sub_inputs = sorted(
+        {t for i in net for t in nodes[i].input if t and t not in produced_by_net and t not in initializers}
+    )
+    # Its outputs: the raw heads plus any network tensor something outside the network reads.
+    outside_reads = {t for i, n in enumerate(nodes) if i not in net_set for t in n.input}
+    graph_outputs = {o.name for o in source.graph.output}
+    sub_outputs = [
+        *raw_outputs,
+        *sorted((produced_by_net & (outside_reads | graph_outputs)) - set(raw_outputs)),
+    ]
+    missing = [
+        t for t in sub_inputs if t not in graph_inputs and not any(t in nodes[i].output for i in pre + post)
+    ]
+    if missing:
+        raise InvalidModelError(f"cannot isolate the network sub-graph: inputs {missing} have no producer")
+    sub = extract(source, sub_inputs, sub_outputs)
+    with warnings.catch_warnings():
+        # onnxconverter-common warns once per initializer whose values it clamps to FP16's range
+        # (tiny weights flushed to 1e-7); that clamping is the intended behaviour of the conversion.
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"onnxconverter_common\.")
+        sub16 = float16.convert_float_to_float16(
+            sub, keep_io_types=True, op_block_list=[*float16.DEFAULT_OP_BLOCK_LIST, *SENSITIVE_OP_TYPES]
+        )
+    if not isinstance(sub16, ModelProto):
+        raise InvalidModelError(f"float16 conversion returned {type(sub16).__name__}")
+    # Initializers and node names of the converted network get a prefix: FP16 copies must not collide
+    # with FP32 initializers of the same name that the pre/post-processing share.
+    renamed = {init.name: f"fp16/{init.name}" for init in sub16.graph.initializer}
+    for init in sub16.graph.initializer:
+        init.name = renamed[init.name]
+    for node in sub16.graph.node:
+        node.name = f"fp16/{node.name}"
+        for j, name in enumerate(node.input):
+            if name in renamed:
+                node.input[j] = renamed[name]
+
+    converted = ModelProto()
+    converted.CopyFrom(source)
+    graph = converted.graph
+    del graph.node[:]
+    graph.node.extend([nodes[i] for i in pre])
+    graph.node.extend(sub16.graph.node)
+    graph.node.extend([nodes[i] for i in post])
+    still_used = {t for n in graph.node for t in n.input}
+    keep_inits = [init for init in source.graph.initializer if init.name in still_used]
+    del graph.initializer[:]
+    graph.initializer.extend(keep_inits)
+    graph.initializer.extend(sub16.graph.initializer)
+    del graph.value_info[:]  # stale types of the network's tensors; shape inference recomputes them
+    converted = shape_inference.infer_shapes(converted)
+    check(converted, "the FP16 graph")
+    return converted
+
+
+def fp16_fraction(model: ModelProto) -> dict[str, Any]:
+    """How much of the graph is FP16: Conv nodes with FP16 weights, and FP16 initializer bytes."""
+    types = tensor_elem_types(model)
+    convs = [n for n in model.graph.node if n.op_type == "Conv"]
+    conv_fp16 = sum(types.get(n.input[1]) == TensorProto.FLOAT16 for n in convs)
+    fp16_bytes = sum(len(i.raw_data) for i in model.graph.initializer if i.data_type == TensorProto.FLOAT16)
+    all_bytes = sum(len(i.raw_data) for i in model.graph.initializer) or 1
+    return {
+        "conv_fp16": int(conv_fp16),
+        "conv_total": len(convs),
+        "fp16_weight_bytes_fraction": fp16_bytes / all_bytes,
+    }
+
+
+def io_types(model: ModelProto) -> dict[str, int]:
+    return {v.name: v.type.tensor_type.elem_type for v in (*model.graph.input, *model.graph.output)}
+
+
+def compare_fp16(
+    fp32: ModelProto,
+    fp16: ModelProto,
+    raw_outputs: list[str],
+    batches: list[np.ndarray],
+    *,
+    score_threshold: float,
+    iou_threshold: float,
+    max_detections: int,
+    tolerances: Fp16Tolerances | None = None,
+) -> dict[str, Any]:
+    """FP16 vs FP32 on the CPU (ONNX Runtime): raw head errors, contract, detection agreement."""
+    tol = tolerances or Fp16Tolerances()
+    problems = [
+        f"{name}: FP32 type {t}, FP16 type {io_types(fp16).get(name)}"
+        for name, t in io_types(fp32).items()
+        if io_types(fp16).get(name) != t
+    ]
+    names = [*OUTPUT_NAMES, *raw_outputs]
+    sess32 = cpu_session(with_outputs(fp32, raw_outputs))
+    sess16 = cpu_session(with_outputs(fp16, raw_outputs))
+    raw_report = {n: {"max_abs_error": 0.0, "max_rel_error": 0.0} for n in raw_outputs}
+    matches = []
+    for batch in batches:
+        out32 = dict(zip(names, sess32.run(names, {"images": batch}), strict=True))
+        out16 = dict(zip(names, sess16.run(names, {"images": batch}), strict=True))
+        for name in raw_outputs:
+            err = raw_errors(out32[name], out16[name].astype(np.float32))
+            for key in err:
+                raw_report[name][key] = max(raw_report[name][key], err[key])
+        problems += contract_problems({n: out16[n] for n in OUTPUT_NAMES}, len(batch), max_detections)
+        for ref, got in zip(Detections.from_contract(out32), Detections.from_contract(out16), strict=True):
+            matches.append(
+                match_detections(
+                    ref,
+                    got,
+                    box_tol=tol.box,
+                    score_tol=tol.score,
+                    score_threshold=score_threshold,
+                    iou_threshold=iou_threshold,
+                    max_detections=max_detections,
+                )
+            )
+    detections = summarize_matches(matches)
+    raw_ok = all(r["max_rel_error"] <= tol.raw_rel for r in raw_report.values())
+    return {
+        "passed": raw_ok and not problems,
+        "runtime": "onnxruntime CPUExecutionProvider (FP16 kernels where it has them)",
+        "batch_sizes": [int(b.shape[0]) for b in batches],
+        "tolerances": asdict(tol),
+        "raw_outputs": raw_report,
+        "contract": {"passed": not problems, "problems": problems},
+        # Informational: FP16 legitimately reorders near-equal scores; accuracy is judged by AP.
+        "detections_vs_fp32": detections,
+        "fp16_share": fp16_fraction(fp16),
+    }
+
+
+def fp16_accuracy(
+    fp32: ModelProto,
+    fp16: ModelProto,
+    manifest: Manifest,
+    data: str | None = None,
+    split: str | None = None,
+    max_images: int | None = None,
+    batch_size: int = 8,
+    tolerances: Fp16Tolerances | None = None,
+) -> dict[str, Any]:
+    """FP16 vs FP32 in ONNX Runtime on the CPU: generated images always, COCO AP when ``data`` is given."""
+    tol = tolerances or Fp16Tolerances()
+    raw = raw_names_from_manifest(manifest)
+    resize = manifest_resize(manifest)
+    report = compare_fp16(
+        fp32,
+        fp16,
+        raw,
+        generated_batches(resize),
+        score_threshold=manifest.score_threshold,
+        iou_threshold=manifest.iou_threshold,
+        max_detections=manifest.max_detections,
+        tolerances=tol,
+    )
+    if data is not None:
+        from training.train import default_split
+
+        split = split or default_split(data, "val")
+        categories = [{"id": label.coco_id, "name": label.name} for label in manifest.labels]
+        stats = coco_ap(
+            {"fp32": onnx_detector(cpu_session(fp32)), "fp16": onnx_detector(cpu_session(fp16))},
+            root=data,
+            split=split,
+            categories=categories,
+            resize=resize,
+            batch_size=batch_size,
+            max_images=max_images,
+        )
+        delta = stats["fp16"]["AP"] - stats["fp32"]["AP"]
+        report["coco"] = {
+            "dataset": str(data),
+            "split": split,
+            "max_images": max_images,
+            "fp32_ap": stats["fp32"]["AP"],
+            "fp16_ap": stats["fp16"]["AP"],
+            "ap_delta": delta,
+            "fp32": stats["fp32"],
+            "fp16": stats["fp16"],
+        }
+        report["passed"] = report["passed"] and abs(delta) <= tol.ap
+    return report
+
+
+def fp16_eval(
+    artifact_dir: str | Path,
+    fp16_path: str | Path | None = None,
+    data: str | None = None,
+    split: str | None = None,
+    max_images: int | None = None,
+    write: bool = True,
+) -> dict[str, Any]:
+    """``detect-export fp16-eval``: FP16 vs FP32 accuracy of an FP32 ONNX artifact on the CPU.
+
+    The FP16 graph is ``fp16_path`` (e.g. a ``trt`` output's ``model.fp16.onnx``) or converted here.
+    With ``write`` the report goes into the artifact's manifest as ``verification["fp16"]``.
+    """
+    artifact_dir = Path(artifact_dir)
+    manifest, model_path = read_artifact(artifact_dir)
+    if manifest.format != "onnx" or manifest.precision != "fp32":
+        raise InvalidModelError(
+            f"{artifact_dir} is a {manifest.format}/{manifest.precision} artifact; need FP32 ONNX"
+        )
+    fp32 = load_checked(model_path)
+    raw = raw_names_from_manifest(manifest)
+    fp16 = (
+        load_checked(fp16_path) if fp16_path is not None else convert_to_fp16(fp32, manifest.input.name, raw)
+    )
+    report = fp16_accuracy(fp32, fp16, manifest, data, split, max_images)
+    report["fp16_graph"] = str(fp16_path) if fp16_path is not None else "converted from the artifact"
+    report["checked_at"] = utc_now()
+    if write:
+        write_manifest(
+            manifest.model_copy(update={"verification": {**manifest.verification, "fp16": report}}),
+            artifact_dir,
+        )
+    return report

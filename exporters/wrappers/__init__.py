@@ -1,0 +1,34 @@
+"""Registry from a checkpoint's ``model_name`` to its export wrapper (one module per architecture)."""
+
+from __future__ import annotations
+
+from exporters.wrappers.base import ExportWrapper, ImagePreprocess
+from exporters.wrappers.ssd300 import SSD300Wrapper
+
+_WRAPPERS: dict[str, type[ExportWrapper]] = {"ssd300": SSD300Wrapper}
+
+
+class UnsupportedArchitectureError(ValueError):
+    """No export wrapper is registered for a checkpoint's architecture."""
+
+
+def wrapper_names() -> list[str]:
+    return sorted(_WRAPPERS)
+
+
+def get_wrapper(model_name: str) -> type[ExportWrapper]:
+    try:
+        return _WRAPPERS[model_name]
+    except KeyError:
+        raise UnsupportedArchitectureError(
+            f"no exporter for architecture {model_name!r}; exportable: {wrapper_names()}"
+        ) from None
+
+
+__all__ = [
+    "ExportWrapper",
+    "ImagePreprocess",
+    "UnsupportedArchitectureError",
+    "get_wrapper",
+    "wrapper_names",
+]

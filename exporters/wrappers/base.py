@@ -1,0 +1,134 @@
+"""What every architecture's export wrapper provides: the one extension point of the export pipeline.
+
+The pipeline (``exporters.onnx_export``) assembles every exported graph from the same three parts::
+
+    images uint8 [B, H, W, 3] RGB --ImagePreprocess--> float32 [B, 3, H, W] normalized
+        --wrapper.network--> raw head outputs (architecture-specific tuple)
+        --wrapper.decoder--> boxes [B, A, 4] x1y1x2y2 normalized to the input, scores [B, C, A]
+        --DetectionPostprocess--> the manifest's output contract
+
+so adding an architecture means one module with an :class:`ExportWrapper` subclass (metadata, the
+network, a decoder to the common layout, and the eager post-processing it must match) registered in
+``exporters.wrappers``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from exporters.compare import Detections
+from exporters.postprocess_graph import PostprocessSettings
+from service.manifest import Label
+from training.checkpoint import Checkpoint
+
+
+class ImagePreprocess(nn.Module):
+    """uint8 ``[B, H, W, 3]`` RGB -> float32 ``[B, 3, H, W]``: ``(x - 255 * mean) / (255 * std)``.
+
+    The same arithmetic as training's ``normalize_to_tensor`` (subtract, then multiply by the inverse),
+    so the graph and eager PyTorch see the same floats.
+    """
+
+    mean_255: Tensor
+    inv_std_255: Tensor
+
+    def __init__(self, mean: tuple[float, float, float], std: tuple[float, float, float]) -> None:
+        super().__init__()
+        mean_255 = torch.tensor(mean, dtype=torch.float32) * 255.0
+        inv_std_255 = 1.0 / (torch.tensor(std, dtype=torch.float32) * 255.0)
+        self.register_buffer("mean_255", mean_255.reshape(1, 1, 1, 3), persistent=False)
+        self.register_buffer("inv_std_255", inv_std_255.reshape(1, 1, 1, 3), persistent=False)
+
+    def forward(self, images: Tensor) -> Tensor:
+        x = (images.to(torch.float32) - self.mean_255) * self.inv_std_255
+        return x.permute(0, 3, 1, 2).contiguous()  # (B, H, W, 3) -> (B, 3, H, W)
+
+
+class ExportWrapper(ABC):
+    """One architecture's export adapter, built from a checkpoint.
+
+    Subclasses set the class attributes and implement :meth:`decoder` and :meth:`eager_detections`.
+    ``network`` maps normalized float ``[B, 3, H, W]`` to the raw head outputs named
+    :attr:`raw_output_names`; the decoder maps those to the common layout of
+    ``exporters.postprocess_graph`` (boxes ``[B, A, 4]`` normalized x1y1x2y2, scores ``[B, C, A]``).
+    """
+
+    architecture: ClassVar[str]
+    raw_output_names: ClassVar[tuple[str, ...]]
+    resize_mode: ClassVar[Literal["stretch", "letterbox"]] = "stretch"
+
+    def __init__(self, checkpoint: Checkpoint) -> None:
+        if checkpoint.model_name != self.architecture:
+            raise ValueError(
+                f"{type(self).__name__} exports {self.architecture!r}, not {checkpoint.model_name!r}"
+            )
+        self.checkpoint = checkpoint
+        self.network: nn.Module = checkpoint.build().eval()
+        self.num_classes = len(checkpoint.categories)
+
+    # ------------------------------------------------------------------ metadata (manifest)
+    @property
+    @abstractmethod
+    def input_size(self) -> tuple[int, int]:
+        """(height, width) of the network input."""
+
+    @property
+    @abstractmethod
+    def mean_std(self) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
+        """ImageNet-style mean and std on the 0-1 scale, RGB order."""
+
+    @property
+    @abstractmethod
+    def num_anchors(self) -> int:
+        """A: boxes the decoder emits per image (before any filtering)."""
+
+    @property
+    def backbone(self) -> str | None:
+        return self.checkpoint.model_args.get("backbone")
+
+    @property
+    def default_settings(self) -> PostprocessSettings:
+        return PostprocessSettings()
+
+    def labels(self) -> list[Label]:
+        """Manifest labels in contract order: ``detection_classes`` i -> ``categories[i]``."""
+        return [Label(name=str(c["name"]), coco_id=int(c["id"])) for c in self.checkpoint.categories]
+
+    # ------------------------------------------------------------------ graph parts
+    def preprocess(self) -> ImagePreprocess:
+        mean, std = self.mean_std
+        return ImagePreprocess(mean, std)
+
+    @abstractmethod
+    def decoder(self) -> nn.Module:
+        """Module: raw head outputs -> ``(boxes [B, A, 4], scores [B, C, A])`` (see class docstring)."""
+
+    # ------------------------------------------------------------------ eager reference
+    @abstractmethod
+    def resize(self, image: np.ndarray) -> np.ndarray:
+        """uint8 RGB ``[h, w, 3]`` of any size -> uint8 ``[H, W, 3]`` at the input size, as training's
+        evaluation resizes (the verification and AP pipelines feed both sides through it)."""
+
+    @abstractmethod
+    def normalize(self, images: np.ndarray) -> Tensor:
+        """uint8 ``[B, H, W, 3]`` -> the network's float input, computed with training's own code, so
+        comparing against it checks the in-graph :class:`ImagePreprocess` too."""
+
+    @torch.no_grad()
+    def raw_outputs(self, images: np.ndarray) -> tuple[Tensor, ...]:
+        """Eager raw head outputs for uint8 images."""
+        out = self.network(self.normalize(images))
+        return tuple(out) if isinstance(out, tuple | list) else (out,)
+
+    @abstractmethod
+    def eager_detections(self, raw: tuple[Tensor, ...], settings: PostprocessSettings) -> list[Detections]:
+        """The architecture's own eager post-processing (from ``training``) run with ``settings``, with
+        classes as 0-based label indices; the exported graph must reproduce it."""
+
+    def describe(self) -> dict[str, Any]:
+        return {"architecture": self.architecture, "backbone": self.backbone, "num_classes": self.num_classes}

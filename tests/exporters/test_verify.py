@@ -1,0 +1,51 @@
+"""``detect-export verify``: eager PyTorch vs the artifact, with and without a dataset."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from exporters_testkit import ExportedArtifact, copy_artifact
+from onnx import numpy_helper
+
+from exporters.cli import EXIT_VERIFICATION, main
+from exporters.verify import verify_artifact
+from service.manifest import Manifest
+
+
+def test_verify_with_data_compares_coco_ap_and_records_it(
+    exported: ExportedArtifact, synthetic_data: Path, tmp_path: Path
+) -> None:
+    artifact = copy_artifact(exported, tmp_path)
+    report = verify_artifact(
+        artifact, exported.checkpoint, data=str(synthetic_data), split="val", batch_size=2
+    )
+    assert report["passed"], report["summary"]
+    assert report["batch_sizes"] == [1, 3] and report["checkpoint_sha256_matches"]
+    assert all(r["max_rel_error"] < 1e-4 for r in report["raw_outputs"].values())
+    coco = report["coco"]
+    assert coco["split"] == "val" and abs(coco["ap_delta"]) <= 1e-3
+    assert coco["eager"]["AP"] == pytest.approx(coco["onnx"]["AP"], abs=1e-3)
+    manifest = Manifest.read(artifact)
+    assert manifest.verification == report
+    assert (
+        manifest.metrics["coco_ap"] == coco["onnx_ap"] and manifest.metrics["checkpoint"]["coco_ap"] == 0.125
+    )
+
+
+def test_a_tampered_graph_fails_verification_with_exit_3(
+    exported: ExportedArtifact, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    artifact = copy_artifact(exported, tmp_path)
+    model = onnx.load(str(artifact / "model.onnx"))
+    conv_weights = {n.input[1] for n in model.graph.node if n.op_type == "Conv"}
+    init = next(i for i in model.graph.initializer if i.name in conv_weights)
+    weights = numpy_helper.to_array(init)
+    init.CopyFrom(numpy_helper.from_array(weights + np.float32(0.05) * np.sign(weights), init.name))
+    onnx.save(model, str(artifact / "model.onnx"))
+    code = main(["verify", "--artifact", str(artifact), "--checkpoint", str(exported.checkpoint)])
+    assert code == EXIT_VERIFICATION
+    assert capsys.readouterr().out.startswith("FAILED: raw_locs rel err")
+    assert Manifest.read(artifact).verification["passed"] is False
