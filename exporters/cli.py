@@ -48,6 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
     onnx.add_argument("--iou-threshold", type=float, help="NMS IoU (default: the architecture's, 0.5)")
     onnx.add_argument("--topk-per-class", type=int, help="candidates per class before NMS (default 200)")
     onnx.add_argument("--max-batch", type=int, default=32, help="largest batch the service may send")
+    onnx.add_argument(
+        "--weight-storage",
+        choices=["float32", "float16"],
+        default="float32",
+        help="float16 halves the file: weights rounded to fp16, cast back in-graph, compute stays fp32",
+    )
     onnx.add_argument("--no-verify", action="store_true", help="skip the comparison with eager PyTorch")
     onnx.add_argument("--force", action="store_true", help="replace an existing output folder")
 
@@ -107,6 +113,7 @@ def _run(args: argparse.Namespace) -> int:
                 max_batch_size=args.max_batch,
                 verify=not args.no_verify,
                 force=args.force,
+                weight_storage=args.weight_storage,
             )
         )
         print(

@@ -24,7 +24,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import onnx
@@ -35,9 +35,9 @@ from torch import Tensor, nn
 
 from exporters.artifact import name_and_version, staged_directory, tool_versions, utc_now
 from exporters.errors import ExportError, OutputExistsError, VerificationError
-from exporters.onnx_graph import check, ensure_node_names, op_counts, without_outputs
+from exporters.onnx_graph import check, ensure_node_names, op_counts, store_weights_fp16, without_outputs
 from exporters.postprocess_graph import DetectionPostprocess, PostprocessSettings
-from exporters.verify import verify_model
+from exporters.verify import tolerances_for, verify_model
 from exporters.wrappers import ExportWrapper, get_wrapper
 from service.manifest import OUTPUT_NAMES, InputSpec, Manifest, Provenance
 from training.checkpoint import load_checkpoint, sha256_file
@@ -167,6 +167,8 @@ class OnnxExportRequest:
     max_batch_size: int = 32
     verify: bool = True
     force: bool = False
+    # "float16" halves the file (weights rounded to fp16, cast back to fp32 in the graph; compute stays fp32).
+    weight_storage: Literal["float32", "float16"] = "float32"
     extra_settings: dict[str, Any] = field(default_factory=dict)
 
     def settings_for(self, wrapper: ExportWrapper) -> PostprocessSettings:
@@ -216,13 +218,18 @@ def export_onnx(request: OnnxExportRequest) -> Manifest:
     checkpoint_sha = sha256_file(request.checkpoint)
 
     model_with_raw, stats = export_detection_graph(wrapper, settings, request.opset)
+    if request.weight_storage == "float16":
+        model_with_raw = store_weights_fp16(model_with_raw)
+        check(model_with_raw, "the graph with float16 weight storage")
     raw_names = raw_output_names(wrapper)
     artifact_model = without_outputs(model_with_raw, raw_names)
     check(artifact_model, "the artifact graph")
 
     verification: dict[str, Any] = {"skipped": "--no-verify"}
     if request.verify:
-        verification = verify_model(artifact_model, wrapper, settings, raw_names)
+        verification = verify_model(
+            artifact_model, wrapper, settings, raw_names, tolerances=tolerances_for(request.weight_storage)
+        )
         if not verification["passed"]:
             raise VerificationError(f"exported graph does not match eager PyTorch: {verification['summary']}")
 
@@ -261,6 +268,7 @@ def export_onnx(request: OnnxExportRequest) -> Manifest:
                 "checkpoint_source": ckpt.source,
                 "model_args": ckpt.model_args,
                 "opset": request.opset,
+                "weight_storage": request.weight_storage,
                 "exporter": "torch.onnx.export (TorchScript, dynamo=False)",
                 "simplifier": "onnxslim",
                 "postprocess": {**settings.to_dict(), "nms": "ONNX NonMaxSuppression, per class"},

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter, deque
 from pathlib import Path
 
+import numpy as np
 import onnx
 from onnx import ModelProto, helper, shape_inference
 
@@ -119,3 +120,31 @@ def ensure_node_names(model: ModelProto) -> None:
         if not node.name or node.name in seen:
             node.name = f"{node.op_type}_{index}"
         seen.add(node.name)
+
+
+def store_weights_fp16(model: ModelProto, min_elements: int = 1024) -> ModelProto:
+    """Store large float32 weights as float16 and cast them back to float32 at the start of the graph.
+
+    Halves the file; compute stays float32 (ONNX Runtime folds the constant ``Cast`` nodes once, when the
+    session is created). The only change is that each weight is rounded to float16 (relative error
+    <= 2**-11). Initializers smaller than ``min_elements`` (biases, BatchNorm-folded vectors, constants
+    the post-processing uses) stay float32.
+    """
+    from onnx import TensorProto, numpy_helper
+
+    stored = onnx.ModelProto()
+    stored.CopyFrom(model)
+    graph = stored.graph
+    casts = []
+    for init in graph.initializer:
+        if init.data_type != TensorProto.FLOAT or int(np.prod(init.dims)) < min_elements:
+            continue
+        name = init.name
+        half = numpy_helper.from_array(numpy_helper.to_array(init).astype(np.float16), name=f"{name}__fp16")
+        init.CopyFrom(half)
+        casts.append(
+            helper.make_node("Cast", [half.name], [name], to=TensorProto.FLOAT, name=f"{name}__cast")
+        )
+    for node in reversed(casts):  # consumers follow: keep the graph topologically sorted
+        graph.node.insert(0, node)
+    return stored

@@ -23,7 +23,9 @@ from training.train import main as train_main
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--data", default="data/synth")
     parser.add_argument("--num-train", type=int, default=2000)
     parser.add_argument("--num-val", type=int, default=200)
@@ -39,8 +41,9 @@ def main() -> None:
         generate_dataset(data, args.num_train, args.num_val, args.seed)
         print(f"generated {data} in {time.perf_counter() - t0:.1f} s", flush=True)
 
-    cfg = make_config("ssd300-cpu-small", data=str(data), output=args.output, pipeline=args.pipeline,
-                      epochs=args.epochs)  # fmt: skip
+    cfg = make_config(
+        "ssd300-cpu-small", data=str(data), output=args.output, pipeline=args.pipeline, epochs=args.epochs
+    )
     start = time.perf_counter()
     metrics = train_main(cfg)
     wall = time.perf_counter() - start

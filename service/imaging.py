@@ -85,13 +85,22 @@ class BoxTransform:
         return out
 
 
+def interpolation(src_w: int, src_h: int, dst_w: int, dst_h: int) -> int:
+    """Area filtering when shrinking (antialiased, like DALI's resize), bilinear when enlarging.
+
+    The same rule as training's evaluation resize and the exporters' verification, so an image served
+    over HTTP reaches the graph with exactly the pixels the artifact was measured on.
+    """
+    return cv2.INTER_AREA if (src_w > dst_w or src_h > dst_h) else cv2.INTER_LINEAR
+
+
 def stretch_resize(image: np.ndarray, width: int, height: int) -> tuple[np.ndarray, BoxTransform]:
     """Resize ``image`` to exactly ``width`` x ``height``, ignoring its aspect ratio."""
     h, w = image.shape[:2]
     resized = (
         image
         if (w, h) == (width, height)
-        else cv2.resize(image, (width, height), interpolation=cv2.INTER_LINEAR)
+        else cv2.resize(image, (width, height), interpolation=interpolation(w, h, width, height))
     )
     return resized, BoxTransform(w, h, width, height, width / w, height / h)
 
@@ -109,7 +118,7 @@ def letterbox_resize(
     resized = (
         image
         if (w, h) == (new_w, new_h)
-        else cv2.resize(image, (new_w, new_h), interpolation=cv2.INTER_LINEAR)
+        else cv2.resize(image, (new_w, new_h), interpolation=interpolation(w, h, new_w, new_h))
     )
     canvas[:new_h, :new_w] = resized
     return canvas, BoxTransform(w, h, width, height, new_w / w, new_h / h)

@@ -43,7 +43,9 @@ def xyxy_to_ltwh(boxes: Tensor) -> Tensor:
     return box_convert(boxes, "xyxy", "xywh")
 
 
-def encode_boxes(boxes_xywh: Tensor, anchors_xywh: Tensor, weights: tuple[float, float, float, float]) -> Tensor:
+def encode_boxes(
+    boxes_xywh: Tensor, anchors_xywh: Tensor, weights: tuple[float, float, float, float]
+) -> Tensor:
     """Regression targets of ``boxes`` relative to ``anchors`` (both centre form, broadcastable ``[..., 4]``).
 
     ``t_xy = w_xy * (xy - xy_a) / wh_a``, ``t_wh = w_wh * log(wh / wh_a)``. SSD300 uses weights

@@ -123,7 +123,8 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     ):
         return _from_nvidia_ssd300(raw, path)
     raise CheckpointError(
-        f"{path} is neither a {FORMAT} checkpoint nor NVIDIA's SSD300 layout (top-level keys: {sorted(raw)[:8]})"
+        f"{path} is neither a {FORMAT} checkpoint nor NVIDIA's SSD300 layout "
+        f"(top-level keys: {sorted(raw)[:8]})"
     )
 
 

@@ -16,8 +16,19 @@ from pycocotools.cocoeval import COCOeval
 from training.distributed import all_gather_objects
 
 METRIC_NAMES: tuple[str, ...] = (
-    "AP", "AP50", "AP75", "APs", "APm", "APl", "AR1", "AR10", "AR100", "ARs", "ARm", "ARl",
-)  # fmt: skip
+    "AP",
+    "AP50",
+    "AP75",
+    "APs",
+    "APm",
+    "APl",
+    "AR1",
+    "AR10",
+    "AR100",
+    "ARs",
+    "ARm",
+    "ARl",
+)
 
 
 class CocoEvaluator:

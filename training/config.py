@@ -49,9 +49,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     "ssd300-cpu-small": {
         "backbone": "resnet18",
         "output": "runs/ssd300-cpu-small",
-        "epochs": 14,
+        "epochs": 22,
         "batch_size": 16,
-        "base_lr": 0.05,
+        "base_lr": 0.2,  # peak LR 0.1 at batch 16: from scratch, BatchNorm everywhere but the heads
         "weight_decay": 5e-4,
         "schedule": "cosine",
         "warmup_iters": 100,
@@ -59,7 +59,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "pipeline": "torch",
         "workers": 2,
         "precision": "bf16",
-        "eval_every": 2,
+        "eval_every": 4,
         "eval_batch_size": 16,
         "log_interval": 10,
     },

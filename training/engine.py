@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sized
 from typing import Any
 
 import torch
@@ -49,7 +49,7 @@ def train_one_epoch(
     """Train until the loader ends or ``max_iters`` is reached; returns the global iteration count."""
     model.train()
     iteration = start_iter
-    total = len(loader) if hasattr(loader, "__len__") else None
+    total = len(loader) if isinstance(loader, Sized) else None
     bar = tqdm(loader, total=total, desc=f"epoch {epoch}", disable=not show_progress, leave=False)
     window_start, window_images, window_loss, window_steps = time.perf_counter(), 0, 0.0, 0
     for batch in bar:
@@ -112,7 +112,8 @@ def evaluate(
         for pred, image_id, (height, width) in zip(predictions, image_ids, orig_sizes, strict=True):
             scale = torch.tensor([width, height, width, height], dtype=torch.float32)
             boxes = xyxy_to_ltwh(pred["boxes"].float().cpu() * scale)
-            for box, score, label in zip(boxes.tolist(), pred["scores"].tolist(), pred["labels"].tolist()):
+            scores, labels = pred["scores"].tolist(), pred["labels"].tolist()
+            for box, score, label in zip(boxes.tolist(), scores, labels, strict=True):
                 results.append(
                     {
                         "image_id": int(image_id),

@@ -40,7 +40,9 @@ def run_eval(
     verbose: bool = True,
 ) -> dict[str, float]:
     ckpt = load_checkpoint(checkpoint)
-    dev = torch.device("cuda" if device == "cuda" or (device == "auto" and torch.cuda.is_available()) else "cpu")
+    dev = torch.device(
+        "cuda" if device == "cuda" or (device == "auto" and torch.cuda.is_available()) else "cpu"
+    )
     task = get_task(ckpt.model_name)(ckpt.model_args)
     model = ckpt.build().to(dev).eval()
     split = split or default_split(data, "val")
@@ -62,8 +64,16 @@ def run_eval(
 
 
 def main(args: argparse.Namespace) -> dict[str, Any]:
-    stats = run_eval(args.checkpoint, args.data, args.split, args.batch_size, args.workers, args.device,
-                     args.results, verbose=True)  # fmt: skip
+    stats = run_eval(
+        args.checkpoint,
+        args.data,
+        args.split,
+        args.batch_size,
+        args.workers,
+        args.device,
+        args.results,
+        verbose=True,
+    )
     width = max(len(n) for n in METRIC_NAMES)
     for name in METRIC_NAMES:
         print(f"{name:>{width}}: {stats[name]:.4f}")

@@ -11,7 +11,8 @@ from torch.optim.lr_scheduler import LambdaLR
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, object]]:
-    decay, no_decay = [], []
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
     for param in model.parameters():
         if param.requires_grad:
             (no_decay if param.dim() <= 1 else decay).append(param)

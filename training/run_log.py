@@ -53,7 +53,9 @@ class RunLog:
         evals = self.records("eval")
         if evals:
             ap_ax = ax.twinx()
-            ap_ax.plot([r["iteration"] for r in evals], [r["AP"] for r in evals], "o-", color="C1", label="AP")
+            ap_ax.plot(
+                [r["iteration"] for r in evals], [r["AP"] for r in evals], "o-", color="C1", label="AP"
+            )
             ap_ax.set_ylabel("COCO AP")
             ap_ax.legend(loc="upper center")
         ax.legend(loc="upper right")

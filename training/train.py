@@ -38,7 +38,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument("--epochs", type=int)
     parser.add_argument("--max-iters", type=int)
     parser.add_argument("--batch-size", type=int, help="per process")
-    parser.add_argument("--base-lr", type=float, help="LR for 32 images per step; scaled by world x batch / 32")
+    parser.add_argument(
+        "--base-lr", type=float, help="LR for 32 images per step; scaled by world x batch / 32"
+    )
     parser.add_argument("--momentum", type=float)
     parser.add_argument("--weight-decay", type=float)
     parser.add_argument("--schedule", choices=["multistep", "cosine"])
@@ -101,16 +103,17 @@ def _train(cfg: TrainConfig, info: distributed.DistInfo) -> dict[str, Any]:
     val_split = cfg.val_split or default_split(cfg.data, "val")
     _, train_ann = resolve_split(cfg.data, train_split)
     categories = [
-        {"id": int(c["id"]), "name": str(c["name"])} for c in json.loads(Path(train_ann).read_text())["categories"]
+        {"id": int(c["id"]), "name": str(c["name"])}
+        for c in json.loads(Path(train_ann).read_text())["categories"]
     ]
     model_args = {"num_classes": len(categories), "backbone": cfg.backbone}
 
     resume: Checkpoint | None = load_checkpoint(cfg.resume) if cfg.resume else None
-    if resume is not None:
-        if resume.model_name != cfg.model or resume.model_args != model_args:
-            raise ValueError(
-                f"--resume checkpoint is {resume.model_name} {resume.model_args}, this run is {cfg.model} {model_args}"
-            )
+    if resume is not None and (resume.model_name != cfg.model or resume.model_args != model_args):
+        raise ValueError(
+            f"--resume checkpoint is {resume.model_name} {resume.model_args}, "
+            f"this run is {cfg.model} {model_args}"
+        )
 
     task = get_task(cfg.model)(model_args)
     model: nn.Module = task.build_model(None if resume else cfg.backbone_weights).to(device)
@@ -154,8 +157,17 @@ def _train(cfg: TrainConfig, info: distributed.DistInfo) -> dict[str, Any]:
     output = Path(cfg.output)
     output.mkdir(parents=True, exist_ok=True)
     log = RunLog(output, enabled=info.is_main)
-    log.write({"event": "start", "config": cfg.to_dict(), "world_size": info.world_size, "lr": lr,
-               "iters_per_epoch": iters_per_epoch, "precision": precision, "device": str(device)})  # fmt: skip
+    log.write(
+        {
+            "event": "start",
+            "config": cfg.to_dict(),
+            "world_size": info.world_size,
+            "lr": lr,
+            "iters_per_epoch": iters_per_epoch,
+            "precision": precision,
+            "device": str(device),
+        }
+    )
     coco_gt = None
     metrics: dict[str, Any] = {}
     run_start = time.perf_counter()
@@ -165,15 +177,34 @@ def _train(cfg: TrainConfig, info: distributed.DistInfo) -> dict[str, Any]:
         loader.set_epoch(epoch)
         epoch_start, epoch_iter_start = time.perf_counter(), iteration
         iteration = train_one_epoch(
-            task=task, model=train_model, criterion=criterion, loader=loader, optimizer=optimizer,
-            scheduler=scheduler, scaler=scaler, device=device, precision=precision, epoch=epoch,
-            start_iter=iteration, max_iters=cfg.max_iters, log_interval=cfg.log_interval,
-            world_size=info.world_size, on_log=log.write, show_progress=info.is_main,
-        )  # fmt: skip
+            task=task,
+            model=train_model,
+            criterion=criterion,
+            loader=loader,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            scaler=scaler,
+            device=device,
+            precision=precision,
+            epoch=epoch,
+            start_iter=iteration,
+            max_iters=cfg.max_iters,
+            log_interval=cfg.log_interval,
+            world_size=info.world_size,
+            on_log=log.write,
+            show_progress=info.is_main,
+        )
         epoch_time = time.perf_counter() - epoch_start
         images = (iteration - epoch_iter_start) * cfg.batch_size * info.world_size
-        log.write({"event": "epoch", "epoch": epoch, "iteration": iteration, "seconds": epoch_time,
-                   "images_per_s": images / max(epoch_time, 1e-9)})  # fmt: skip
+        log.write(
+            {
+                "event": "epoch",
+                "epoch": epoch,
+                "iteration": iteration,
+                "seconds": epoch_time,
+                "images_per_s": images / max(epoch_time, 1e-9),
+            }
+        )
         last = epoch == cfg.epochs - 1 or (cfg.max_iters is not None and iteration >= cfg.max_iters)
         if info.is_main and ((epoch + 1) % cfg.eval_every == 0 or last):
             coco_gt = coco_gt or _load_gt(cfg.data, val_split)

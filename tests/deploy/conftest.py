@@ -2,31 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
+import deploy_testkit as kit
 import pytest
-
-
-def _register_testkit() -> None:
-    """Make ``import deploy_testkit`` work under ``--import-mode=importlib`` (see tests/service/conftest)."""
-    if "deploy_testkit" in sys.modules:
-        return
-    path = Path(__file__).with_name("deploy_testkit.py")
-    spec = importlib.util.spec_from_file_location("deploy_testkit", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["deploy_testkit"] = module
-    spec.loader.exec_module(module)
-
-
-_register_testkit()
-
-import deploy_testkit as kit  # noqa: E402 - registered just above
 
 
 @pytest.fixture(scope="session")

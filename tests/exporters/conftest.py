@@ -1,36 +1,17 @@
 """Session fixtures: a tiny real SSD300 checkpoint, a synthetic dataset, and one exported artifact.
 
-Builders live in ``exporters_testkit`` (registered here so test modules can import it under
-``--import-mode=importlib``, which puts no test folder on sys.path).
+Builders live in ``exporters_testkit`` (importable by name: pyproject puts tests/exporters on sys.path).
 """
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+from exporters_testkit import ExportedArtifact, make_checkpoint
 
-
-def _register_testkit() -> None:
-    if "exporters_testkit" in sys.modules:
-        return
-    spec = importlib.util.spec_from_file_location(
-        "exporters_testkit", Path(__file__).with_name("exporters_testkit.py")
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["exporters_testkit"] = module
-    spec.loader.exec_module(module)
-
-
-_register_testkit()
-
-from exporters_testkit import ExportedArtifact, make_checkpoint  # noqa: E402
-
-from exporters.onnx_export import OnnxExportRequest, export_onnx  # noqa: E402
-from training.data.synthetic import SyntheticConfig, generate_dataset  # noqa: E402
+from exporters.onnx_export import OnnxExportRequest, export_onnx
+from training.data.synthetic import SyntheticConfig, generate_dataset
 
 
 @pytest.fixture(scope="session")

@@ -2,38 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-
-from service.app import create_app
-
-
-def _register_testkit() -> None:
-    """Make ``import service_testkit`` work from the test modules under any pytest import mode.
-
-    With ``--import-mode=importlib`` (this project's setting) test folders are not put on sys.path, so
-    a sibling helper module is only importable once it is in sys.modules; conftest runs first.
-    """
-    if "service_testkit" in sys.modules:
-        return
-    spec = importlib.util.spec_from_file_location(
-        "service_testkit", Path(__file__).with_name("service_testkit.py")
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["service_testkit"] = module
-    spec.loader.exec_module(module)
-
-
-_register_testkit()
-
-from service_testkit import (  # noqa: E402 - registered just above
+from service_testkit import (
     GatedFactory,
     add_toy_model,
     encode,
@@ -41,6 +16,8 @@ from service_testkit import (  # noqa: E402 - registered just above
     solid_image,
     start_client,
 )
+
+from service.app import create_app
 
 
 @pytest.fixture(scope="session")

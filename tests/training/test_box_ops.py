@@ -32,8 +32,16 @@ def test_encode_decode_round_trip() -> None:
 def test_encode_matches_ssd_formula() -> None:
     anchor = torch.tensor([[0.5, 0.5, 0.2, 0.4]])
     box = torch.tensor([[0.6, 0.3, 0.4, 0.2]])
-    expected = torch.tensor([[10 * 0.1 / 0.2, 10 * -0.2 / 0.4, 5 * torch.log(torch.tensor(2.0)),
-                              5 * torch.log(torch.tensor(0.5))]])  # fmt: skip
+    expected = torch.tensor(
+        [
+            [
+                10 * 0.1 / 0.2,
+                10 * -0.2 / 0.4,
+                5 * torch.log(torch.tensor(2.0)),
+                5 * torch.log(torch.tensor(0.5)),
+            ]
+        ]
+    )
     assert torch.allclose(encode_boxes(box, anchor, WEIGHTS), expected)
 
 

@@ -31,10 +31,14 @@ def test_wrong_class_and_no_results_score_zero(tiny_coco: Path) -> None:
     gt = _gt(tiny_coco)
     cat_ids = gt.getCatIds()
     wrong = [
-        {"image_id": a["image_id"], "category_id": next(c for c in cat_ids if c != a["category_id"]),
-         "bbox": a["bbox"], "score": 1.0}
+        {
+            "image_id": a["image_id"],
+            "category_id": next(c for c in cat_ids if c != a["category_id"]),
+            "bbox": a["bbox"],
+            "score": 1.0,
+        }
         for a in gt.dataset["annotations"]
-    ]  # fmt: skip
+    ]
     evaluator = CocoEvaluator(gt)
     evaluator.update(wrong, gt.getImgIds())
     assert evaluator.accumulate_and_summarize(verbose=False)["bbox"]["AP"] == pytest.approx(0.0)

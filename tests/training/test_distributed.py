@@ -28,10 +28,12 @@ SCRIPT = textwrap.dedent(
     optimizer = build_sgd(model, 0.01, 0.9, 5e-4)
     scheduler = build_scheduler(optimizer, kind="cosine", total_iters=2, warmup_iters=0)
     loader.set_epoch(0)
-    train_one_epoch(task=task, model=ddp, criterion=task.build_criterion(), loader=loader, optimizer=optimizer,
-                    scheduler=scheduler, scaler=torch.amp.GradScaler("cpu", enabled=False),
-                    device=info.device, precision="fp32", epoch=0, start_iter=0, max_iters=2, log_interval=100,
-                    world_size=info.world_size, on_log=lambda r: None, show_progress=False)
+    train_one_epoch(
+        task=task, model=ddp, criterion=task.build_criterion(), loader=loader, optimizer=optimizer,
+        scheduler=scheduler, scaler=torch.amp.GradScaler("cpu", enabled=False), device=info.device,
+        precision="fp32", epoch=0, start_iter=0, max_iters=2, log_interval=100,
+        world_size=info.world_size, on_log=lambda r: None, show_progress=False,
+    )
     # Parameters only: DDP broadcasts rank 0's BatchNorm buffers at each forward, so after the last forward
     # each rank's running statistics are its own until the next one (checkpoints come from rank 0).
     torch.save(dict(model.named_parameters()), f"{out}/rank{info.rank}.pt")
@@ -49,8 +51,20 @@ def _free_port() -> int:
 def test_two_process_gloo_ddp_ranks_end_identical(tiny_coco: Path, tmp_path: Path) -> None:
     script = tmp_path / "ddp_step.py"
     script.write_text(SCRIPT)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(_free_port()), str(script), str(tiny_coco), str(tmp_path)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(_free_port()),
+        str(script),
+        str(tiny_coco),
+        str(tmp_path),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rank0 = torch.load(tmp_path / "rank0.pt", weights_only=True)

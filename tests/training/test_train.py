@@ -11,9 +11,19 @@ from training.checkpoint import load_checkpoint
 from training.config import make_config
 from training.train import main as train_main
 
-TINY = {"backbone": "resnet18", "batch_size": 4, "workers": 0, "pipeline": "torch", "precision": "fp32",
-        "log_interval": 1, "eval_every": 100, "eval_batch_size": 4, "warmup_iters": 2, "base_lr": 0.01,
-        "device": "cpu"}  # fmt: skip
+TINY = {
+    "backbone": "resnet18",
+    "batch_size": 4,
+    "workers": 0,
+    "pipeline": "torch",
+    "precision": "fp32",
+    "log_interval": 1,
+    "eval_every": 100,
+    "eval_batch_size": 4,
+    "warmup_iters": 2,
+    "base_lr": 0.01,
+    "device": "cpu",
+}
 
 
 def test_train_writes_checkpoint_log_and_plot_then_resumes(tiny_coco: Path, tmp_path: Path) -> None:
@@ -25,7 +35,8 @@ def test_train_writes_checkpoint_log_and_plot_then_resumes(tiny_coco: Path, tmp_
     assert ckpt.epoch == 1 and ckpt.iteration == 2  # 8 images / batch 4
     assert ckpt.model_args == {"num_classes": len(ckpt.categories), "backbone": "resnet18"}
     assert [c["id"] for c in ckpt.categories] == [
-        c["id"] for c in json.loads((tiny_coco / "annotations/instances_train.json").read_text())["categories"]
+        c["id"]
+        for c in json.loads((tiny_coco / "annotations/instances_train.json").read_text())["categories"]
     ]
     assert ckpt.config["backbone"] == "resnet18" and ckpt.optimizer and ckpt.scheduler
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -33,7 +44,12 @@ def test_train_writes_checkpoint_log_and_plot_then_resumes(tiny_coco: Path, tmp_
     assert (out / "loss.png").stat().st_size > 1000
 
     resumed_cfg = make_config(
-        "ssd300-cpu-small", data=str(tiny_coco), output=str(out), epochs=2, resume=str(out / "checkpoint.pt"), **TINY
+        "ssd300-cpu-small",
+        data=str(tiny_coco),
+        output=str(out),
+        epochs=2,
+        resume=str(out / "checkpoint.pt"),
+        **TINY,
     )
     train_main(resumed_cfg)
     resumed = load_checkpoint(out / "checkpoint.pt")
@@ -45,21 +61,63 @@ def test_train_writes_checkpoint_log_and_plot_then_resumes(tiny_coco: Path, tmp_
 def test_resume_rejects_another_architecture(tiny_coco: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     train_main(make_config(data=str(tiny_coco), output=str(out), epochs=1, max_iters=1, **TINY))
-    other = make_config(data=str(tiny_coco), output=str(tmp_path / "b"), epochs=1,
-                        resume=str(out / "checkpoint.pt"), **{**TINY, "backbone": "resnet34"})  # fmt: skip
+    other = make_config(
+        data=str(tiny_coco),
+        output=str(tmp_path / "b"),
+        epochs=1,
+        resume=str(out / "checkpoint.pt"),
+        **{**TINY, "backbone": "resnet34"},
+    )
     with pytest.raises(ValueError, match="--resume checkpoint is ssd300"):
         train_main(other)
 
 
 def test_cli_train_and_eval(tiny_coco: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "cli"
-    rc = cli.main(["train", "--data", str(tiny_coco), "--output", str(out), "--backbone", "resnet18",
-                   "--epochs", "1", "--max-iters", "1", "--batch-size", "4", "--workers", "0",
-                   "--pipeline", "torch", "--precision", "bf16", "--device", "cpu"])  # fmt: skip
+    rc = cli.main(
+        [
+            "train",
+            "--data",
+            str(tiny_coco),
+            "--output",
+            str(out),
+            "--backbone",
+            "resnet18",
+            "--epochs",
+            "1",
+            "--max-iters",
+            "1",
+            "--batch-size",
+            "4",
+            "--workers",
+            "0",
+            "--pipeline",
+            "torch",
+            "--precision",
+            "bf16",
+            "--device",
+            "cpu",
+        ]
+    )
     assert rc == 0
     results = tmp_path / "results.json"
-    rc = cli.main(["eval", "--checkpoint", str(out / "checkpoint.pt"), "--data", str(tiny_coco),
-                   "--batch-size", "2", "--workers", "0", "--device", "cpu", "--results", str(results)])  # fmt: skip
+    rc = cli.main(
+        [
+            "eval",
+            "--checkpoint",
+            str(out / "checkpoint.pt"),
+            "--data",
+            str(tiny_coco),
+            "--batch-size",
+            "2",
+            "--workers",
+            "0",
+            "--device",
+            "cpu",
+            "--results",
+            str(results),
+        ]
+    )
     assert rc == 0
     printed = capsys.readouterr().out
     for name in ("AP", "AP50", "AP75", "APs", "APm", "APl", "AR1", "AR10", "AR100", "ARs", "ARm", "ARl"):
@@ -68,6 +126,8 @@ def test_cli_train_and_eval(tiny_coco: Path, tmp_path: Path, capsys: pytest.Capt
 
 
 def test_cli_reports_bad_data_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    rc = cli.main(["train", "--data", str(tmp_path / "nope"), "--output", str(tmp_path / "o"), "--device", "cpu"])
+    rc = cli.main(
+        ["train", "--data", str(tmp_path / "nope"), "--output", str(tmp_path / "o"), "--device", "cpu"]
+    )
     assert rc == 2
     assert "nope" in capsys.readouterr().err

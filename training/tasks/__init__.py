@@ -12,7 +12,9 @@ def get_task(model_name: str) -> type[DetectorTask]:
     try:
         return _TASKS[model_name]
     except KeyError:
-        raise ValueError(f"no trainer task for model {model_name!r}; expected one of {sorted(_TASKS)}") from None
+        raise ValueError(
+            f"no trainer task for model {model_name!r}; expected one of {sorted(_TASKS)}"
+        ) from None
 
 
 __all__ = ["Batch", "DetectorTask", "Prediction", "get_task"]

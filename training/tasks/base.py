@@ -35,7 +35,15 @@ class DetectorTask(Protocol):
     def build_criterion(self) -> nn.Module: ...
 
     def train_loader(
-        self, kind: str, root: str, split: str, batch_size: int, workers: int, seed: int, rank: int, world: int
+        self,
+        kind: str,
+        root: str,
+        split: str,
+        batch_size: int,
+        workers: int,
+        seed: int,
+        rank: int,
+        world: int,
     ) -> TrainLoader: ...
 
     def eval_loader(self, root: str, split: str, batch_size: int, workers: int) -> Iterable[Batch]: ...

@@ -1,4 +1,4 @@
-"""SSD300 glue: its loaders yield ``(images, matched boxes, labels)``; prediction is NVIDIA's post-processing."""
+"""SSD300 glue: loaders yield ``(images, matched boxes, labels)``; prediction is NVIDIA's post-processing."""
 
 from __future__ import annotations
 
@@ -32,7 +32,15 @@ class SSD300Task:
         return SSDLoss(self.dboxes)
 
     def train_loader(
-        self, kind: str, root: str, split: str, batch_size: int, workers: int, seed: int, rank: int, world: int
+        self,
+        kind: str,
+        root: str,
+        split: str,
+        batch_size: int,
+        workers: int,
+        seed: int,
+        rank: int,
+        world: int,
     ) -> TrainLoader:
         return cast(
             TrainLoader,
@@ -56,7 +64,9 @@ class SSD300Task:
         memory_format = torch.channels_last if _is_channels_last(model) else torch.contiguous_format
         images = images.to(device, non_blocking=True).contiguous(memory_format=memory_format)
         locs, confs = model(images)
-        return criterion(locs, confs, boxes.to(device, non_blocking=True), labels.to(device, non_blocking=True))
+        return criterion(
+            locs, confs, boxes.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+        )
 
     @torch.no_grad()
     def predict(self, model: nn.Module, images: Tensor) -> list[Prediction]:

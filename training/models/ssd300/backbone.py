@@ -36,7 +36,7 @@ class ResNetBackbone(nn.Module):
         self.out_channels = OUT_CHANNELS[name]
         self.feature_extractor = nn.Sequential(*list(resnet.children())[:7])
         # layer3 at stride 1 keeps a 38x38 map for a 300x300 input.
-        block = self.feature_extractor[-1][0]
+        block = resnet.layer3[0]
         block.conv1.stride = (1, 1)
         block.conv2.stride = (1, 1)
         if block.downsample is not None:

@@ -20,6 +20,7 @@ class SSDLoss(nn.Module):
     def __init__(self, dboxes_xywh: Tensor, neg_pos_ratio: int = 3) -> None:
         super().__init__()
         # (1, A, 4): centre-form default boxes, broadcast over the batch
+        self.dboxes: Tensor
         self.register_buffer("dboxes", dboxes_xywh.unsqueeze(0), persistent=False)
         self.neg_pos_ratio = neg_pos_ratio
 

@@ -55,7 +55,9 @@ class SSD300(nn.Module):
         channels = self.feature_extractor.out_channels
         self.additional_blocks = nn.ModuleList(
             _extra_block(c_in, c_mid, c_out, downsample=i < 3)
-            for i, (c_in, c_out, c_mid) in enumerate(zip(channels[:-1], channels[1:], _EXTRA_WIDTHS, strict=True))
+            for i, (c_in, c_out, c_mid) in enumerate(
+                zip(channels[:-1], channels[1:], _EXTRA_WIDTHS, strict=True)
+            )
         )
         per_loc = self.boxes.boxes_per_location
         self.loc = nn.ModuleList(

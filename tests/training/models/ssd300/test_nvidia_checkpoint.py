@@ -32,8 +32,17 @@ def test_nvidia_layout_loads_without_missing_or_unexpected_keys(tmp_path: Path, 
     state = _nvidia_state_dict(prefix)
     assert len(state) == 342
     path = tmp_path / "nvidia_ssdpyt_amp_200703.pt"
-    torch.save({"epoch": 64, "iteration": 100, "optimizer": {}, "scheduler": {},
-                "label_map": {i: f"c{i}" for i in range(81)}, "model": state}, path)  # fmt: skip
+    torch.save(
+        {
+            "epoch": 64,
+            "iteration": 100,
+            "optimizer": {},
+            "scheduler": {},
+            "label_map": {i: f"c{i}" for i in range(81)},
+            "model": state,
+        },
+        path,
+    )
     ckpt = load_checkpoint(path)
     assert ckpt.source == "nvidia-ssd300"
     assert ckpt.model_args == {"num_classes": 80, "backbone": "resnet50"}

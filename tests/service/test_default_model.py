@@ -1,0 +1,72 @@
+"""The committed default model: a real trained SSD300 that serves exactly what its artifact computes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from service_testkit import encode, make_settings, start_client
+
+from exporters.coco_ap import stretch_resize
+from exporters.runtime import cpu_session, run_contract
+from service.app import create_app
+from service.manifest import Manifest
+from training.data.synthetic import render_sample
+
+REPOSITORY = Path(__file__).resolve().parents[2] / "models"
+DEFAULT = REPOSITORY / "ssd300-synth" / "1"
+
+
+def test_default_model_is_small_trained_and_verified() -> None:
+    manifest = Manifest.read(DEFAULT)
+    assert (DEFAULT / manifest.file).stat().st_size <= 25 * 1024 * 1024
+    assert manifest.architecture == "ssd300"
+    assert manifest.verification["passed"] is True
+    # AP of this very artifact on the synthetic val split, measured by `detect-export verify --data`;
+    # an untrained SSD300 scores ~0.00 there.
+    assert manifest.metrics["source"].startswith("detect-export verify")
+    assert manifest.metrics["coco_ap"] >= 0.1
+
+
+def test_served_detections_equal_the_artifacts_onnx_runtime_detections() -> None:
+    manifest = Manifest.read(DEFAULT)
+    session = cpu_session(DEFAULT / manifest.file)
+    client = start_client(create_app(make_settings(REPOSITORY, max_batch_size=4)))
+    try:
+        rng = np.random.default_rng(2024)
+        compared = 0
+        for _ in range(3):
+            image, _objects = render_sample(rng)  # RGB, a size other than the network's
+            height, width = image.shape[:2]
+            response = client.post(
+                "/v1/detect",
+                params={"model": manifest.name},
+                content=encode(image, ".png"),  # lossless: the service decodes the very same pixels
+                headers={"content-type": "image/png"},
+            )
+            assert response.status_code == 200, response.text
+            served = response.json()
+            assert (served["width"], served["height"]) == (width, height)
+
+            resized = stretch_resize(image, manifest.input.height, manifest.input.width)
+            out = run_contract(session, resized[None])
+            n = int(out["num_detections"][0, 0])
+            keep = out["detection_scores"][0, :n] >= manifest.score_threshold
+            boxes = out["detection_boxes"][0, :n][keep] * np.array([width, height, width, height])
+            classes = out["detection_classes"][0, :n][keep]
+            scores = out["detection_scores"][0, :n][keep]
+
+            detections = served["detections"]
+            assert len(detections) == len(scores) > 0
+            for det, box, cls, score in zip(detections, boxes, classes, scores, strict=True):
+                assert det["class_id"] == int(cls)
+                assert det["label"] == manifest.labels[int(cls)].name
+                assert det["score"] == pytest.approx(float(score), abs=1e-5)  # served rounded to 5 places
+                got = [det["box"][k] for k in ("x1", "y1", "x2", "y2")]
+                expected = np.clip(box, 0, [width, height, width, height])
+                assert np.allclose(got, expected, atol=6e-3)  # served rounded to 0.01 px
+            compared += len(detections)
+        assert compared >= 3
+    finally:
+        client.__exit__(None, None, None)
