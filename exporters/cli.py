@@ -44,9 +44,22 @@ def build_parser() -> argparse.ArgumentParser:
     onnx.add_argument("--version", help="model version (default: the output folder name)")
     onnx.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17)")
     onnx.add_argument("--max-detections", type=int, help="K detections per image (default 100)")
-    onnx.add_argument("--score-threshold", type=float, help="default: the architecture's (SSD300: 0.05)")
-    onnx.add_argument("--iou-threshold", type=float, help="NMS IoU (default: the architecture's, 0.5)")
-    onnx.add_argument("--topk-per-class", type=int, help="candidates per class before NMS (default 200)")
+    onnx.add_argument(
+        "--score-threshold", type=float, help="default: the architecture's (SSD300: 0.05, SSD320: 1e-8)"
+    )
+    onnx.add_argument(
+        "--iou-threshold", type=float, help="NMS IoU (default: the architecture's; SSD300 0.5, SSD320 0.6)"
+    )
+    onnx.add_argument(
+        "--topk-per-class",
+        type=int,
+        help="candidates per class before NMS (default: the architecture's; SSD300 200, SSD320 100)",
+    )
+    onnx.add_argument(
+        "--pre-nms-topk",
+        type=int,
+        help="candidates over all classes before NMS, < 3840 (EfficientDet; default 3000)",
+    )
     onnx.add_argument("--max-batch", type=int, default=32, help="largest batch the service may send")
     onnx.add_argument(
         "--weight-storage",
@@ -109,6 +122,7 @@ def _run(args: argparse.Namespace) -> int:
                 score_threshold=args.score_threshold,
                 iou_threshold=args.iou_threshold,
                 topk_per_class=args.topk_per_class,
+                pre_nms_topk=args.pre_nms_topk,
                 max_detections=args.max_detections,
                 max_batch_size=args.max_batch,
                 verify=not args.no_verify,

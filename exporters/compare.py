@@ -16,34 +16,39 @@ from typing import Any
 
 import numpy as np
 
-from service.manifest import OUTPUT_NAMES
+from service.manifest import MASK_OUTPUT
 
 _DTYPES = {
     "num_detections": np.int32,
     "detection_boxes": np.float32,
     "detection_scores": np.float32,
     "detection_classes": np.int32,
+    MASK_OUTPUT: np.float32,
 }
 
 
 @dataclass(frozen=True)
 class Detections:
-    """One image's detections: ``boxes [N, 4]`` normalized x1y1x2y2, ``scores [N]``, ``classes [N]``."""
+    """One image's detections: ``boxes [N, 4]`` normalized x1y1x2y2, ``scores [N]``, ``classes [N]``,
+    and for mask models ``masks [N, Mh, Mw]`` (low-resolution probabilities in each box's frame)."""
 
     boxes: np.ndarray
     scores: np.ndarray
     classes: np.ndarray
+    masks: np.ndarray | None = None
 
     @classmethod
     def from_contract(cls, outputs: dict[str, np.ndarray]) -> list[Detections]:
         """Split the padded contract outputs into per-image detections (rows < num_detections)."""
         result = []
+        masks = outputs.get(MASK_OUTPUT)
         for i, n in enumerate(outputs["num_detections"].reshape(-1).tolist()):
             result.append(
                 cls(
                     outputs["detection_boxes"][i, :n],
                     outputs["detection_scores"][i, :n],
                     outputs["detection_classes"][i, :n].astype(np.int64),
+                    None if masks is None else masks[i, :n],
                 )
             )
         return result
@@ -68,7 +73,12 @@ def contract_problems(outputs: dict[str, np.ndarray], batch: int, max_detections
         "detection_scores": (batch, max_detections),
         "detection_classes": (batch, max_detections),
     }
-    for name in OUTPUT_NAMES:
+    masks = outputs.get(MASK_OUTPUT)
+    if masks is not None:  # mask models: [B, K, Mh, Mw] probabilities
+        expected[MASK_OUTPUT] = (batch, max_detections, *masks.shape[2:])
+        if masks.ndim != 4:
+            problems.append(f"{MASK_OUTPUT} has shape {masks.shape}, expected [B, K, Mh, Mw]")
+    for name in expected:
         if name not in outputs:
             problems.append(f"missing output {name}")
             continue
@@ -79,6 +89,8 @@ def contract_problems(outputs: dict[str, np.ndarray], batch: int, max_detections
             problems.append(f"{name} has shape {value.shape}, expected {expected[name]}")
     if problems:
         return problems
+    if masks is not None and (not np.isfinite(masks).all() or masks.min() < 0 or masks.max() > 1):
+        problems.append(f"{MASK_OUTPUT} holds values outside [0, 1]")
     for i, n in enumerate(outputs["num_detections"].reshape(-1).tolist()):
         scores = outputs["detection_scores"][i]
         if not 0 <= n <= max_detections:
@@ -86,7 +98,9 @@ def contract_problems(outputs: dict[str, np.ndarray], batch: int, max_detections
             continue
         if np.any(np.diff(scores[:n]) > 0):
             problems.append(f"image {i}: scores are not descending")
-        padding = (scores[n:], outputs["detection_boxes"][i, n:], outputs["detection_classes"][i, n:])
+        padding = [scores[n:], outputs["detection_boxes"][i, n:], outputs["detection_classes"][i, n:]]
+        if masks is not None:
+            padding.append(masks[i, n:])
         if any(np.any(p != 0) for p in padding):
             problems.append(f"image {i}: rows after num_detections ({n}) are not zero")
     return problems
@@ -115,12 +129,14 @@ def match_detections(
 ) -> dict[str, Any]:
     """Greedy one-to-one matching (same class, score and every box coordinate within tolerance).
 
-    Returns counts (``reference``, ``actual``, ``matched``, ``unexplained``, see the module docstring)
-    and the largest box and score errors over matched pairs.
+    Returns counts (``reference``, ``actual``, ``matched``, ``unexplained``, see the module docstring),
+    the largest box and score errors over matched pairs, and the pairs themselves (``pairs``: (reference
+    row, actual row); :func:`summarize_matches` leaves them out).
     """
     used = np.zeros(len(reference.scores), dtype=bool)
     matched_actual = np.zeros(len(actual.scores), dtype=bool)
     box_err = score_err = 0.0
+    pairs: list[tuple[int, int]] = []
     for i in range(len(actual.scores)):
         candidates = np.flatnonzero(
             ~used
@@ -131,6 +147,7 @@ def match_detections(
         if candidates.size:
             j = candidates[np.argmin(np.abs(reference.scores[candidates] - actual.scores[i]))]
             used[j] = matched_actual[i] = True
+            pairs.append((int(j), int(i)))
             box_err = max(box_err, float(np.abs(reference.boxes[j] - actual.boxes[i]).max()))
             score_err = max(score_err, float(abs(reference.scores[j] - actual.scores[i])))
     boundaries = [score_threshold]
@@ -158,7 +175,26 @@ def match_detections(
         "unexplained": int(unexplained),
         "max_box_error": box_err,
         "max_score_error": score_err,
+        "pairs": pairs,
     }
+
+
+def mask_errors(
+    reference: list[Detections], actual: list[Detections], matches: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Matched detections' masks: the largest probability difference, and the smallest IoU of the masks
+    thresholded at 0.5 (both in the low-resolution box frame) with how many pairs fall below 0.9."""
+    max_abs, min_iou, below, pairs = 0.0, 1.0, 0, 0
+    for ref, got, match in zip(reference, actual, matches, strict=True):
+        if ref.masks is None or got.masks is None:
+            continue
+        for i, j in match["pairs"]:
+            a, b = ref.masks[i], got.masks[j]
+            max_abs = max(max_abs, float(np.abs(a.astype(np.float64) - b).max(initial=0.0)))
+            union = np.logical_or(a > 0.5, b > 0.5).sum()
+            iou = float(np.logical_and(a > 0.5, b > 0.5).sum() / union) if union else 1.0
+            min_iou, below, pairs = min(min_iou, iou), below + (iou < 0.9), pairs + 1
+    return {"pairs": pairs, "max_abs_error": max_abs, "min_iou": min_iou, "pairs_iou_below_0.9": below}
 
 
 def summarize_matches(per_image: list[dict[str, Any]]) -> dict[str, Any]:

@@ -23,12 +23,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from onnx import ModelProto, TensorProto, shape_inference
+from onnx import ModelProto, NodeProto, TensorProto, helper, shape_inference
 from onnxconverter_common import float16
 
 from exporters.artifact import read_artifact, utc_now
-from exporters.coco_ap import coco_ap
-from exporters.compare import Detections, contract_problems, match_detections, raw_errors, summarize_matches
+from exporters.coco_ap import coco_metrics
+from exporters.compare import (
+    Detections,
+    contract_problems,
+    mask_errors,
+    match_detections,
+    raw_errors,
+    summarize_matches,
+)
 from exporters.errors import InvalidModelError
 from exporters.onnx_graph import (
     check,
@@ -39,15 +46,16 @@ from exporters.onnx_graph import (
     tensor_elem_types,
     with_outputs,
 )
-from exporters.runtime import cpu_session
+from exporters.runtime import contract_names, cpu_session
 from exporters.verify import (
     generated_batches,
     manifest_resize,
+    manifest_to_original,
     onnx_detector,
     raw_names_from_manifest,
     write_manifest,
 )
-from service.manifest import OUTPUT_NAMES, Manifest
+from service.manifest import MASK_OUTPUT, Manifest
 
 # Op types that stay FP32 wherever they occur (in addition to onnxconverter-common's defaults).
 SENSITIVE_OP_TYPES: tuple[str, ...] = (
@@ -78,12 +86,14 @@ class Fp16Tolerances:
 
 
 def split_nodes(
-    model: ModelProto, input_name: str, raw_outputs: list[str]
+    model: ModelProto, input_name: str, raw_outputs: list[str], scopes: tuple[str, ...] = ()
 ) -> tuple[list[int], list[int], list[int]]:
     """Indices of the (preprocess, network, postprocess) nodes, each in graph order.
 
     Preprocess: nodes fed by the input before the first Conv. Network: the remaining ancestors of the
-    raw head outputs. Postprocess: everything else (box decoding, scores, NMS, padding).
+    raw head outputs, plus the nodes whose names start with one of ``scopes`` (module scopes of network
+    layers that run after the raw outputs: a two-stage detector's RoI heads). Postprocess: everything
+    else (box decoding, scores, NMS, padding).
     """
     pre_names = set(downstream_nodes(model, [input_name], stop_op_types=frozenset({"Conv"})))
     producer = {out: i for i, node in enumerate(model.graph.node) for out in node.output}
@@ -99,15 +109,20 @@ def split_nodes(
     for i, node in enumerate(model.graph.node):
         if node.name in pre_names:
             pre.append(i)
-        elif i in ancestors:
+        elif i in ancestors or node.name.startswith(scopes):
             net.append(i)
         else:
             post.append(i)
     return pre, net, post
 
 
-def convert_to_fp16(model: ModelProto, input_name: str, raw_outputs: list[str]) -> ModelProto:
+def convert_to_fp16(
+    model: ModelProto, input_name: str, raw_outputs: list[str], scopes: tuple[str, ...] = ()
+) -> ModelProto:
     """The FP16 graph (see the module docstring); checked with the ONNX checker.
+
+    ``scopes``: node-name prefixes of network layers after the raw outputs that run in FP16 too
+    (:func:`split_nodes`; the manifest records them as ``export_settings["fp16_scopes"]``).
 
     Only the network sub-graph goes through onnxconverter-common (``keep_io_types``, so its boundary
     stays FP32, and the sensitive op types blocked); it is then put back between the FP32
@@ -122,7 +137,7 @@ def convert_to_fp16(model: ModelProto, input_name: str, raw_outputs: list[str]) 
     source.CopyFrom(model)
     ensure_node_names(source)
     nodes = source.graph.node
-    pre, net, post = split_nodes(source, input_name, raw_outputs)
+    pre, net, post = split_nodes(source, input_name, raw_outputs, scopes)
     net_set = set(net)
     produced_by_net = {out for i in net for out in nodes[i].output}
     graph_inputs = {i.name for i in source.graph.input}
@@ -138,6 +153,28 @@ def convert_to_fp16(model: ModelProto, input_name: str, raw_outputs: list[str]) 
         *raw_outputs,
         *sorted((produced_by_net & (outside_reads | graph_outputs)) - set(raw_outputs)),
     ]
+    # keep_io_types casts each sub-graph output back to FP32 under its own name, so a network node that
+    # also reads it (Mask R-CNN's RPN head reads the FPN outputs) would get FP32 next to FP16 weights:
+    # the network keeps an inner copy, and an Identity publishes it under the output's name.
+    net_reads = {t for i in net for t in nodes[i].input}
+    twins = [t for t in sub_outputs if t in net_reads]
+    if twins:
+        _publish(source, [nodes[i].name for i in net], twins)
+        nodes = source.graph.node
+        pre, net, post = split_nodes(source, input_name, raw_outputs, scopes)
+        publishers = {f"{t}/fp16_publish" for t in twins}
+        net = sorted({*net, *(i for i in post if nodes[i].name in publishers)})
+        post = [i for i in post if nodes[i].name not in publishers]
+        net_set = set(net)
+        produced_by_net = {out for i in net for out in nodes[i].output}
+        sub_inputs = sorted(
+            {
+                t
+                for i in net
+                for t in nodes[i].input
+                if t and t not in produced_by_net and t not in initializers
+            }
+        )
     missing = [
         t for t in sub_inputs if t not in graph_inputs and not any(t in nodes[i].output for i in pre + post)
     ]
@@ -168,9 +205,12 @@ def convert_to_fp16(model: ModelProto, input_name: str, raw_outputs: list[str]) 
     converted.CopyFrom(source)
     graph = converted.graph
     del graph.node[:]
-    graph.node.extend([nodes[i] for i in pre])
-    graph.node.extend(sub16.graph.node)
-    graph.node.extend([nodes[i] for i in post])
+    available = {i.name for i in source.graph.input} | {init.name for init in source.graph.initializer}
+    available |= {init.name for init in sub16.graph.initializer}
+    # With scopes, network layers also sit between post-processing nodes: restore a topological order.
+    graph.node.extend(
+        topological_order([*(nodes[i] for i in pre), *sub16.graph.node, *(nodes[i] for i in post)], available)
+    )
     still_used = {t for n in graph.node for t in n.input}
     keep_inits = [init for init in source.graph.initializer if init.name in still_used]
     del graph.initializer[:]
@@ -180,6 +220,58 @@ def convert_to_fp16(model: ModelProto, input_name: str, raw_outputs: list[str]) 
     converted = shape_inference.infer_shapes(converted)
     check(converted, "the FP16 graph")
     return converted
+
+
+def _publish(model: ModelProto, network_nodes: list[str], names: list[str]) -> None:
+    """Rename each tensor in ``names`` to ``<name>/fp16_inner`` for the ``network_nodes`` that produce or
+    read it, and insert ``Identity(<name>/fp16_inner) -> <name>`` right after its producer (in place)."""
+    nodes = model.graph.node
+    members = set(network_nodes)
+    for name in names:
+        inner = f"{name}/fp16_inner"
+        producer = None
+        for index, node in enumerate(nodes):
+            if node.name not in members:
+                continue
+            for j, tensor in enumerate(node.input):
+                if tensor == name:
+                    node.input[j] = inner
+            for j, tensor in enumerate(node.output):
+                if tensor == name:
+                    node.output[j] = inner
+                    producer = index
+        if producer is None:
+            raise InvalidModelError(f"no network node produces {name!r}")
+        nodes.insert(producer + 1, helper.make_node("Identity", [inner], [name], name=f"{name}/fp16_publish"))
+
+
+def topological_order(nodes: list[NodeProto], available: set[str]) -> list[NodeProto]:
+    """``nodes`` reordered so every node follows the producers of its inputs (stable otherwise).
+
+    ``available``: tensors present before any node runs (graph inputs, initializers). Raises
+    InvalidModelError if some node's input is never produced (a cycle or a missing producer).
+    """
+    ready = set(available) | {""}
+    pending = list(nodes)
+    ordered: list[NodeProto] = []
+    while pending:
+        still: list[NodeProto] = []
+        for node in pending:
+            if all(name in ready for name in node.input):
+                ordered.append(node)
+                ready.update(node.output)
+            else:
+                still.append(node)
+        if len(still) == len(pending):
+            missing = sorted({n for node in still for n in node.input if n not in ready})[:5]
+            raise InvalidModelError(f"cannot order the FP16 graph: inputs {missing} are never produced")
+        pending = still
+    return ordered
+
+
+def fp16_scopes(manifest: Manifest) -> tuple[str, ...]:
+    """The artifact's FP16 scopes (see :func:`split_nodes`), empty for single-stage detectors."""
+    return tuple(str(s) for s in manifest.provenance.export_settings.get("fp16_scopes", ()))
 
 
 def fp16_fraction(model: ModelProto) -> dict[str, Any]:
@@ -218,11 +310,14 @@ def compare_fp16(
         for name, t in io_types(fp32).items()
         if io_types(fp16).get(name) != t
     ]
-    names = [*OUTPUT_NAMES, *raw_outputs]
     sess32 = cpu_session(with_outputs(fp32, raw_outputs))
     sess16 = cpu_session(with_outputs(fp16, raw_outputs))
+    contract = contract_names(sess32)
+    names = [*contract, *raw_outputs]
     raw_report = {n: {"max_abs_error": 0.0, "max_rel_error": 0.0} for n in raw_outputs}
     matches = []
+    references: list[Detections] = []
+    actuals: list[Detections] = []
     for batch in batches:
         out32 = dict(zip(names, sess32.run(names, {"images": batch}), strict=True))
         out16 = dict(zip(names, sess16.run(names, {"images": batch}), strict=True))
@@ -230,8 +325,10 @@ def compare_fp16(
             err = raw_errors(out32[name], out16[name].astype(np.float32))
             for key in err:
                 raw_report[name][key] = max(raw_report[name][key], err[key])
-        problems += contract_problems({n: out16[n] for n in OUTPUT_NAMES}, len(batch), max_detections)
+        problems += contract_problems({n: out16[n] for n in contract}, len(batch), max_detections)
         for ref, got in zip(Detections.from_contract(out32), Detections.from_contract(out16), strict=True):
+            references.append(ref)
+            actuals.append(got)
             matches.append(
                 match_detections(
                     ref,
@@ -254,6 +351,7 @@ def compare_fp16(
         "contract": {"passed": not problems, "problems": problems},
         # Informational: FP16 legitimately reorders near-equal scores; accuracy is judged by AP.
         "detections_vs_fp32": detections,
+        **({"masks_vs_fp32": mask_errors(references, actuals, matches)} if MASK_OUTPUT in contract else {}),
         "fp16_share": fp16_fraction(fp16),
     }
 
@@ -287,7 +385,7 @@ def fp16_accuracy(
 
         split = split or default_split(data, "val")
         categories = [{"id": label.coco_id, "name": label.name} for label in manifest.labels]
-        stats = coco_ap(
+        metrics = coco_metrics(
             {"fp32": onnx_detector(cpu_session(fp32)), "fp16": onnx_detector(cpu_session(fp16))},
             root=data,
             split=split,
@@ -295,7 +393,9 @@ def fp16_accuracy(
             resize=resize,
             batch_size=batch_size,
             max_images=max_images,
+            to_original=manifest_to_original(manifest),
         )
+        stats = {name: m["bbox"] for name, m in metrics.items()}
         delta = stats["fp16"]["AP"] - stats["fp32"]["AP"]
         report["coco"] = {
             "dataset": str(data),
@@ -308,6 +408,17 @@ def fp16_accuracy(
             "fp16": stats["fp16"],
         }
         report["passed"] = report["passed"] and abs(delta) <= tol.ap
+        if manifest.has_masks:  # mask AP, the masks pasted into the original images
+            segm = {name: m.get("segm", dict.fromkeys(("AP",), 0.0)) for name, m in metrics.items()}
+            segm_delta = segm["fp16"]["AP"] - segm["fp32"]["AP"]
+            report["coco"] |= {
+                "fp32_mask_ap": segm["fp32"]["AP"],
+                "fp16_mask_ap": segm["fp16"]["AP"],
+                "mask_ap_delta": segm_delta,
+                "fp32_segm": segm["fp32"],
+                "fp16_segm": segm["fp16"],
+            }
+            report["passed"] = report["passed"] and abs(segm_delta) <= tol.ap
     return report
 
 
@@ -333,7 +444,9 @@ def fp16_eval(
     fp32 = load_checked(model_path)
     raw = raw_names_from_manifest(manifest)
     fp16 = (
-        load_checked(fp16_path) if fp16_path is not None else convert_to_fp16(fp32, manifest.input.name, raw)
+        load_checked(fp16_path)
+        if fp16_path is not None
+        else convert_to_fp16(fp32, manifest.input.name, raw, fp16_scopes(manifest))
     )
     report = fp16_accuracy(fp32, fp16, manifest, data, split, max_images)
     report["fp16_graph"] = str(fp16_path) if fp16_path is not None else "converted from the artifact"

@@ -39,7 +39,7 @@ from exporters.onnx_graph import check, ensure_node_names, op_counts, store_weig
 from exporters.postprocess_graph import DetectionPostprocess, PostprocessSettings
 from exporters.verify import tolerances_for, verify_model
 from exporters.wrappers import ExportWrapper, get_wrapper
-from service.manifest import OUTPUT_NAMES, InputSpec, Manifest, Provenance
+from service.manifest import MASK_OUTPUT, OUTPUT_NAMES, InputSpec, Manifest, Provenance
 from training.checkpoint import load_checkpoint, sha256_file
 
 MODEL_FILE = "model.onnx"
@@ -59,13 +59,21 @@ class DetectionGraph(nn.Module):
         self.network = wrapper.network
         self.decoder = wrapper.decoder()
         self.postprocess = DetectionPostprocess(settings, wrapper.num_classes, wrapper.num_anchors)
+        self.masks = wrapper.mask_head()
         self.raw_outputs = raw_outputs
 
     def forward(self, images: Tensor) -> tuple[Tensor, ...]:
         raw = self.network(self.preprocess(images))
         raw = tuple(raw) if isinstance(raw, tuple | list) else (raw,)
         outputs = self.postprocess(*self.decoder(*raw))
+        if self.masks is not None:  # mask models: detection_masks from the raw outputs and the detections
+            outputs = (*outputs, self.masks(raw, outputs))
         return (*outputs, *raw) if self.raw_outputs else outputs
+
+
+def output_names(wrapper: ExportWrapper) -> list[str]:
+    """The contract outputs of ``wrapper``'s graph: the four detection outputs, plus masks if it has them."""
+    return [*OUTPUT_NAMES, *((MASK_OUTPUT,) if wrapper.mask_size is not None else ())]
 
 
 def raw_output_names(wrapper: ExportWrapper) -> list[str]:
@@ -95,6 +103,10 @@ def torch_to_onnx(
         # training's models validate input shapes with Python `if`s; traced they become constants, which is
         # right: the exported graph's channels and spatial size are fixed, only the batch is dynamic.
         warnings.filterwarnings("ignore", category=torch.jit.TracerWarning, module=r"training\.")
+        # torchvision's detection box coder creates its 0.5 with torch.tensor: a constant, as it should be.
+        warnings.filterwarnings(
+            "ignore", category=torch.jit.TracerWarning, module=r"torchvision\.models\.detection\._utils"
+        )
         path = Path(tmp) / "exported.onnx"
         torch.onnx.export(
             module,
@@ -136,7 +148,7 @@ def export_detection_graph(
     raw_names = raw_output_names(wrapper)
     started = time.perf_counter()
     exported = torch_to_onnx(
-        graph, (example_images(wrapper),), [INPUT_NAME], [*OUTPUT_NAMES, *raw_names], opset
+        graph, (example_images(wrapper),), [INPUT_NAME], [*output_names(wrapper), *raw_names], opset
     )
     export_seconds = time.perf_counter() - started
     nodes_exported = len(exported.graph.node)
@@ -164,6 +176,8 @@ class OnnxExportRequest:
     iou_threshold: float | None = None
     topk_per_class: int | None = None
     max_detections: int | None = None
+    # Global pre-NMS candidates (architectures whose default uses them, e.g. EfficientDet).
+    pre_nms_topk: int | None = None
     max_batch_size: int = 32
     verify: bool = True
     force: bool = False
@@ -178,6 +192,7 @@ class OnnxExportRequest:
             iou_threshold=base.iou_threshold if self.iou_threshold is None else self.iou_threshold,
             topk_per_class=base.topk_per_class if self.topk_per_class is None else self.topk_per_class,
             max_detections=base.max_detections if self.max_detections is None else self.max_detections,
+            pre_nms_topk=base.pre_nms_topk if self.pre_nms_topk is None else self.pre_nms_topk,
         )
 
 
@@ -193,6 +208,7 @@ def checkpoint_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
         "epoch": metrics.get("epoch"),
         "source": "checkpoint evaluation (eager PyTorch, training post-processing)",
         "bbox": {k: float(v) for k, v in bbox.items()},
+        **({"segm": {k: float(v) for k, v in metrics["segm"].items()}} if "segm" in metrics else {}),
     }
 
 
@@ -212,6 +228,10 @@ def export_onnx(request: OnnxExportRequest) -> Manifest:
     ckpt = load_checkpoint(request.checkpoint)
     wrapper = get_wrapper(ckpt.model_name)(ckpt)
     settings = request.settings_for(wrapper)
+    try:
+        wrapper.check_settings(settings)
+    except ValueError as exc:
+        raise ExportError(str(exc)) from exc
     if request.max_batch_size < 1:
         raise ExportError(f"--max-batch must be >= 1, got {request.max_batch_size}")
     name, version = name_and_version(request.output, request.name, request.version)
@@ -250,7 +270,10 @@ def export_onnx(request: OnnxExportRequest) -> Manifest:
             color_order="RGB",
             dtype="uint8",
             layout="NHWC",
+            pad_value=wrapper.pad_value,
         ),
+        outputs=tuple(output_names(wrapper)),
+        mask_size=wrapper.mask_size,
         labels=tuple(wrapper.labels()),
         score_threshold=settings.score_threshold,
         iou_threshold=settings.iou_threshold,
@@ -273,6 +296,7 @@ def export_onnx(request: OnnxExportRequest) -> Manifest:
                 "simplifier": "onnxslim",
                 "postprocess": {**settings.to_dict(), "nms": "ONNX NonMaxSuppression, per class"},
                 "raw_outputs": raw_names,
+                "fp16_scopes": list(wrapper.fp16_scopes),
                 "mean": list(wrapper.mean_std[0]),
                 "std": list(wrapper.mean_std[1]),
                 **stats,

@@ -77,12 +77,18 @@ def with_outputs(model: ModelProto, names: list[str]) -> ModelProto:
 
 
 def without_outputs(model: ModelProto, names: list[str]) -> ModelProto:
-    """A copy of ``model`` whose graph no longer lists ``names`` as outputs (the tensors stay inside)."""
+    """A copy of ``model`` whose graph no longer lists ``names`` as outputs (the tensors stay inside).
+
+    Their types and shapes move to ``value_info``, so tools that read it (``extract``) still know them.
+    """
     copy = ModelProto()
     copy.CopyFrom(model)
     keep = [o for o in copy.graph.output if o.name not in names]
+    known = {v.name for v in copy.graph.value_info}
+    moved = [o for o in copy.graph.output if o.name in names and o.name not in known]
     del copy.graph.output[:]
     copy.graph.output.extend(keep)
+    copy.graph.value_info.extend(moved)
     return copy
 
 

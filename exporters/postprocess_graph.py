@@ -4,6 +4,7 @@ Every architecture's export wrapper produces the common layout, and this module 
 contract of ``service.manifest`` (the TensorRT NMS-plugin layout):
 
     in:  boxes  float32 [B, A, 4]  x1, y1, x2, y2 normalized to the network input, one box per anchor
+                 (or [B, C, A, 4]: one box per anchor and class, as Mask R-CNN's box head predicts)
          scores float32 [B, C, A]  per-class probabilities (background already removed)
     out: num_detections    int32   [B, 1]
          detection_boxes   float32 [B, K, 4]   rows >= num_detections are zero
@@ -15,8 +16,13 @@ per image and class, candidates with score > ``score_threshold`` keep their top 
 greedy NMS (suppress IoU > ``iou_threshold``) runs per class; the ``max_detections`` best survivors
 across classes are returned, scores descending.
 
+With ``pre_nms_topk`` set (EfficientDet / RetinaNet-style, as effdet's ``DetBenchPredict``), the
+candidates are instead the ``pre_nms_topk`` best (anchor, class) scores over all classes together (then
+the score threshold); NMS is still per class (class-aware), on those candidates only.
+
 Why it stays cheap (a naive export spent ~90% of its time in NMS, see reference/measured-here.md):
-the per-class TopK bounds NonMaxSuppression's input to ``topk_per_class`` boxes per (image, class), and
+the per-class TopK bounds NonMaxSuppression's input to ``topk_per_class`` boxes per (image, class) (with
+``pre_nms_topk``: to ``pre_nms_topk`` boxes per image, each scored only in its own class's row), and
 candidates at or below the score threshold are masked to -1 so NonMaxSuppression drops them before it
 sorts. Each (image, class) pair is its own NonMaxSuppression "batch" of ``topk_per_class`` boxes, so the
 classes never interact and no coordinate-offset trick (which costs float precision) is needed. A
@@ -53,6 +59,8 @@ class PostprocessSettings:
     iou_threshold: float = 0.5
     topk_per_class: int = 200
     max_detections: int = 100
+    # Candidates over all classes together instead of ``topk_per_class`` per class (None: per class).
+    pre_nms_topk: int | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.score_threshold < 1.0:
@@ -67,6 +75,10 @@ class PostprocessSettings:
             raise ValueError(
                 f"max_detections must be in 1..{TENSORRT_MAX_TOPK} (TensorRT), got {self.max_detections}"
             )
+        if self.pre_nms_topk is not None and not 1 <= self.pre_nms_topk <= TENSORRT_MAX_TOPK:
+            raise ValueError(
+                f"pre_nms_topk must be in 1..{TENSORRT_MAX_TOPK} (TensorRT), got {self.pre_nms_topk}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -75,9 +87,10 @@ class PostprocessSettings:
 class _NonMaxSuppression(torch.autograd.Function):
     """ONNX ``NonMaxSuppression`` (center_point_box 0) with an eager implementation of the same contract.
 
-    ``boxes [G, N, 4]``, ``scores [G, 1, N]`` -> ``selected [M, 3]`` int64 rows ``(group, 0, box index)``;
-    a box is a candidate when its score > ``score_threshold``; a kept box suppresses later boxes of its
-    group with IoU > ``iou_threshold``; at most ``max_per_group`` are kept per group.
+    ``boxes [G, N, 4]``, ``scores [G, C, N]`` -> ``selected [M, 3]`` int64 rows ``(group, class, box
+    index)``; per (group, class) a box is a candidate when its score > ``score_threshold``; a kept box
+    suppresses later boxes of the same (group, class) with IoU > ``iou_threshold``; at most
+    ``max_per_group`` are kept per (group, class).
 
     The legacy TorchScript exporter calls :meth:`symbolic` instead of tracing :meth:`forward`, so the
     graph holds one NonMaxSuppression node; the eager forward only has to agree with that node, and the
@@ -99,11 +112,14 @@ class _NonMaxSuppression(torch.autograd.Function):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", torch.jit.TracerWarning)
             for group in range(int(scores.shape[0])):
-                group_scores = scores[group, 0]
-                candidates = torch.nonzero(group_scores > score_threshold).squeeze(1)
-                keep = nms(boxes[group, candidates], group_scores[candidates], iou_threshold)[:max_per_group]
-                kept = candidates[keep]
-                rows.append(torch.stack([torch.full_like(kept, group), torch.zeros_like(kept), kept], dim=1))
+                for cls in range(int(scores.shape[1])):
+                    group_scores = scores[group, cls]
+                    candidates = torch.nonzero(group_scores > score_threshold).squeeze(1)
+                    keep = nms(boxes[group, candidates], group_scores[candidates], iou_threshold)
+                    kept = candidates[keep[:max_per_group]]
+                    rows.append(
+                        torch.stack([torch.full_like(kept, group), torch.full_like(kept, cls), kept], dim=1)
+                    )
         if not rows:
             return torch.zeros((0, 3), dtype=torch.int64, device=boxes.device)
         return torch.cat(rows)
@@ -144,10 +160,20 @@ class DetectionPostprocess(nn.Module):
         self.settings = settings
         self.num_classes = num_classes
         self.num_anchors = num_anchors
-        self.k = min(settings.topk_per_class, num_anchors)  # candidates per (image, class)
-        self.max_det = min(settings.max_detections, num_classes * self.k)  # K before padding
+        if settings.pre_nms_topk is None:
+            self.k = min(settings.topk_per_class, num_anchors)  # candidates per (image, class)
+            self.max_det = min(settings.max_detections, num_classes * self.k)  # K before padding
+        else:
+            self.k = min(settings.pre_nms_topk, num_classes * num_anchors)  # candidates per image
+            self.max_det = min(settings.max_detections, self.k)
 
     def forward(self, boxes: Tensor, scores: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """``boxes [B, A, 4]`` (one box per anchor) or ``[B, C, A, 4]`` (class-specific, e.g. Mask R-CNN's
+        box head), ``scores [B, C, A]`` -> the output contract."""
+        if self.settings.pre_nms_topk is not None:
+            if boxes.dim() == 4:
+                raise ValueError("pre_nms_topk needs one box per anchor [B, A, 4], not class-specific boxes")
+            return self._forward_global_topk(boxes, scores)
         s, num_classes, k = self.settings, self.num_classes, self.k
 
         # Pre-NMS: per (image, class) the k best anchors; at or below the threshold -> -1 (never selected).
@@ -155,9 +181,12 @@ class DetectionPostprocess(nn.Module):
         top_scores = torch.where(
             top_scores > s.score_threshold, top_scores, torch.full_like(top_scores, -1.0)
         )
-        # (B, C, k) -> (B, C*k, 1) -> (B, C*k, 4): the candidate boxes, class-major
-        gather_idx = top_idx.reshape(-1, num_classes * k, 1).expand(-1, -1, 4)
-        cand_boxes = boxes.gather(1, gather_idx)
+        if boxes.dim() == 4:  # class-specific: (B, C, A, 4) -> (B, C, k, 4) -> (B, C*k, 4), class-major
+            cand_boxes = boxes.gather(2, top_idx.unsqueeze(3).expand(-1, -1, -1, 4))
+            cand_boxes = cand_boxes.reshape(-1, num_classes * k, 4)
+        else:  # (B, C, k) -> (B, C*k, 1) -> (B, C*k, 4): the candidate boxes, class-major
+            gather_idx = top_idx.reshape(-1, num_classes * k, 1).expand(-1, -1, 4)
+            cand_boxes = boxes.gather(1, gather_idx)
 
         # Each (image, class) is one NMS group of k boxes: (B*C, k, 4) and (B*C, 1, k).
         selected = non_max_suppression(
@@ -175,9 +204,44 @@ class DetectionPostprocess(nn.Module):
         kept = kept.reshape(-1, num_classes * k)  # (B, C*k), -1 where not kept
 
         det_scores, det_idx = kept.topk(self.max_det, dim=1)  # (B, K')
-        valid = det_scores >= 0.0
         det_boxes = cand_boxes.gather(1, det_idx.unsqueeze(2).expand(-1, -1, 4))
         det_classes = torch.div(det_idx, k, rounding_mode="trunc")  # indices are >= 0: one integer Div
+        return self._padded(det_scores, det_boxes, det_classes)
+
+    def _forward_global_topk(self, boxes: Tensor, scores: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Candidates: the ``k`` best (anchor, class) scores of each image, NMS per class among them."""
+        s, num_classes, num_anchors, k = self.settings, self.num_classes, self.num_anchors, self.k
+        flat = scores.reshape(-1, num_classes * num_anchors)  # (B, C*A), class-major
+        top_scores, top_idx = flat.topk(k, dim=1)  # (B, k), sorted descending
+        top_scores = torch.where(
+            top_scores > s.score_threshold, top_scores, torch.full_like(top_scores, -1.0)
+        )
+        classes = torch.div(top_idx, num_anchors, rounding_mode="trunc")  # (B, k)
+        anchors = top_idx - classes * num_anchors
+        cand_boxes = boxes.gather(1, anchors.unsqueeze(2).expand(-1, -1, 4))  # (B, k, 4)
+        # Class-aware NMS over one box set: each candidate scores only in its own class's row (B, C, k).
+        class_ids = torch.arange(num_classes, device=scores.device).reshape(1, num_classes, 1)
+        own_class = classes.unsqueeze(1) == class_ids
+        nms_scores = torch.where(
+            own_class, top_scores.unsqueeze(1), torch.full_like(own_class, -1.0, dtype=top_scores.dtype)
+        )
+        selected = non_max_suppression(
+            cand_boxes, nms_scores, max_per_group=k, iou_threshold=s.iou_threshold, score_threshold=0.0
+        )
+        flat_sel = selected[:, 0] * k + selected[:, 2]  # index into the (B*k) candidates
+        flat_scores = top_scores.reshape(-1)
+        kept = torch.full_like(flat_scores, -1.0).index_put((flat_sel,), flat_scores[flat_sel])  # ScatterND
+        det_scores, det_idx = kept.reshape(-1, k).topk(self.max_det, dim=1)  # (B, K')
+        det_boxes = cand_boxes.gather(1, det_idx.unsqueeze(2).expand(-1, -1, 4))
+        det_classes = classes.gather(1, det_idx)
+        return self._padded(det_scores, det_boxes, det_classes)
+
+    def _padded(
+        self, det_scores: Tensor, det_boxes: Tensor, det_classes: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Zero the rows that are not detections (score -1) and pad to ``max_detections`` rows."""
+        s = self.settings
+        valid = det_scores >= 0.0
         det_scores = torch.where(valid, det_scores, torch.zeros_like(det_scores))
         det_boxes = torch.where(valid.unsqueeze(2), det_boxes, torch.zeros_like(det_boxes))
         det_classes = torch.where(valid, det_classes, torch.zeros_like(det_classes))

@@ -9,7 +9,7 @@ import onnxruntime as ort
 from onnx import ModelProto
 
 from exporters.errors import InvalidModelError
-from service.manifest import OUTPUT_NAMES
+from service.manifest import MASK_OUTPUT, OUTPUT_NAMES
 
 
 def cpu_session(model: str | Path | ModelProto, threads: int = 0) -> ort.InferenceSession:
@@ -34,7 +34,14 @@ def cpu_session(model: str | Path | ModelProto, threads: int = 0) -> ort.Inferen
         raise InvalidModelError(f"ONNX Runtime cannot load {what}: {exc}") from exc
 
 
+def contract_names(session: ort.InferenceSession) -> list[str]:
+    """The contract outputs a session has: the four detection outputs, plus ``detection_masks`` if any."""
+    available = {o.name for o in session.get_outputs()}
+    return [*OUTPUT_NAMES, *((MASK_OUTPUT,) if MASK_OUTPUT in available else ())]
+
+
 def run_contract(session: ort.InferenceSession, images: np.ndarray) -> dict[str, np.ndarray]:
     """Run a detector graph on uint8 ``[B, H, W, 3]`` images; returns the contract outputs by name."""
-    values = session.run(list(OUTPUT_NAMES), {"images": images})
-    return dict(zip(OUTPUT_NAMES, values, strict=True))
+    names = contract_names(session)
+    values = session.run(names, {"images": images})
+    return dict(zip(names, values, strict=True))

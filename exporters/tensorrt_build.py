@@ -39,12 +39,12 @@ from exporters.errors import (
     OutputExistsError,
     VerificationError,
 )
-from exporters.fp16 import convert_to_fp16, fp16_accuracy
+from exporters.fp16 import convert_to_fp16, fp16_accuracy, fp16_scopes
 from exporters.onnx_graph import load_checked, op_counts
 from exporters.postprocess_graph import TENSORRT_MAX_TOPK
 from exporters.runtime import cpu_session
 from exporters.verify import generated_batches, manifest_resize, raw_names_from_manifest
-from service.manifest import OUTPUT_NAMES, Manifest, Provenance
+from service.manifest import MASK_OUTPUT, OUTPUT_NAMES, Manifest, Provenance
 
 PLAN_FILE = "model.plan"
 FP16_FILE = "model.fp16.onnx"
@@ -317,12 +317,15 @@ class EngineRunner:
             trt.DataType.UINT8: torch.uint8,
             trt.DataType.INT64: torch.int64,
         }
+        io_names = {self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors)}
+        # The contract outputs this engine has (detection_masks for mask models).
+        self.output_names = [n for n in (*OUTPUT_NAMES, MASK_OUTPUT) if n in io_names]
 
     def run(self, images: np.ndarray) -> dict[str, np.ndarray]:
         torch = self._torch
         self.context.set_input_shape("images", tuple(images.shape))
         buffers = {"images": torch.from_numpy(np.ascontiguousarray(images)).cuda()}
-        for name in OUTPUT_NAMES:
+        for name in self.output_names:
             shape = tuple(self.context.get_tensor_shape(name))
             dtype = self._dtypes[self.engine.get_tensor_dtype(name)]
             buffers[name] = torch.empty(shape, dtype=dtype, device="cuda")
@@ -332,7 +335,7 @@ class EngineRunner:
         if not self.context.execute_async_v3(stream.cuda_stream):
             raise ExportError("TensorRT engine execution failed")
         stream.synchronize()
-        return {name: buffers[name].cpu().numpy() for name in OUTPUT_NAMES}
+        return {name: buffers[name].cpu().numpy() for name in self.output_names}
 
 
 def run_engine(plan_path: Path, images: np.ndarray) -> dict[str, np.ndarray]:
@@ -389,7 +392,7 @@ def export_tensorrt(request: TensorRTExportRequest) -> Manifest:
     )
     config.validate(fp32)
     raw = raw_names_from_manifest(manifest)
-    fp16 = convert_to_fp16(fp32, manifest.input.name, raw)
+    fp16 = convert_to_fp16(fp32, manifest.input.name, raw, fp16_scopes(manifest))
     ops = {"fp32": check_tensorrt_ops(fp32), "fp16": check_tensorrt_ops(fp16)}
     for which, report in ops.items():
         if not report["passed"]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +25,15 @@ import onnxruntime as ort
 from onnx import ModelProto
 
 from exporters.artifact import read_artifact, utc_now
-from exporters.coco_ap import Detector, Resize, coco_ap, stretch_resize
-from exporters.compare import Detections, contract_problems, match_detections, raw_errors, summarize_matches
+from exporters.coco_ap import Detector, Resize, ToOriginal, coco_metrics, stretch_resize, stretch_to_original
+from exporters.compare import (
+    Detections,
+    contract_problems,
+    mask_errors,
+    match_detections,
+    raw_errors,
+    summarize_matches,
+)
 from exporters.errors import ExportError, InvalidModelError
 from exporters.onnx_graph import load_checked, with_outputs
 from exporters.postprocess_graph import PostprocessSettings
@@ -34,6 +41,7 @@ from exporters.runtime import cpu_session, run_contract
 from exporters.wrappers import ExportWrapper, get_wrapper
 from service.manifest import MANIFEST_FILE, Manifest
 from training.checkpoint import load_checkpoint, sha256_file
+from training.data.letterbox import letterbox_geometry, letterbox_resize
 
 
 @dataclass(frozen=True)
@@ -44,11 +52,13 @@ class Tolerances:
     box: float = 1e-4
     score: float = 1e-5
     ap: float = 1e-3
+    # Mask models: largest difference of a matched detection's mask probabilities.
+    mask: float = 1e-3
 
 
 # Weights stored as float16 (``--weight-storage float16``) round every weight by up to 2**-11 relative:
 # the raw outputs and detections move by ~1e-3, so they are compared looser; AP keeps its tolerance.
-FP16_WEIGHTS_TOLERANCES = Tolerances(raw_rel=1e-2, box=1e-2, score=1e-2, ap=1e-3)
+FP16_WEIGHTS_TOLERANCES = Tolerances(raw_rel=1e-2, box=1e-2, score=1e-2, ap=1e-3, mask=5e-2)
 
 
 def tolerances_for(weight_storage: str) -> Tolerances:
@@ -89,13 +99,20 @@ def generated_batches(resize: Resize, sizes: tuple[int, ...] = (1, 3), seed: int
 
 
 def manifest_resize(manifest: Manifest) -> Resize:
-    """Training's resize to the artifact's input size (stretch artifacts only)."""
-    if manifest.input.resize != "stretch":
-        raise InvalidModelError(
-            f"{manifest.name}: {manifest.input.resize!r} inputs are not supported here yet"
-        )
-    height, width = manifest.input.height, manifest.input.width
+    """Training's resize to the artifact's input size, in the manifest's mode (stretch or letterbox)."""
+    spec = manifest.input
+    height, width = spec.height, spec.width
+    if spec.resize == "letterbox":
+        return lambda image: letterbox_resize(image, width, height, spec.pad_value)[0]
     return lambda image: stretch_resize(image, height, width)
+
+
+def manifest_to_original(manifest: Manifest) -> ToOriginal:
+    """The inverse of :func:`manifest_resize` for boxes (normalized -> original pixels), as the service."""
+    spec = manifest.input
+    if spec.resize == "letterbox":
+        return lambda boxes, size: letterbox_geometry(*size, spec.height, spec.width).boxes_to_original(boxes)
+    return stretch_to_original
 
 
 def _runtime_name() -> str:
@@ -115,6 +132,8 @@ def verify_model(
     ``raw_names`` are the graph's intermediate tensors holding ``wrapper.raw_output_names`` in order.
     """
     tol = tolerances or Tolerances()
+    floors = {k: max(getattr(tol, k), v) for k, v in wrapper.tolerance_floors.items()}
+    tol = replace(tol, **floors)
     batches = batches if batches is not None else generated_batches(wrapper.resize)
     if len({b.shape[0] for b in batches}) < 2:
         raise ValueError(
@@ -127,6 +146,8 @@ def verify_model(
     }
     problems: list[str] = []
     matches = []
+    references: list[Detections] = []
+    actuals: list[Detections] = []
     for batch in batches:
         raw_ort = raw_session.run(raw_names, {"images": batch})
         raw_eager = wrapper.raw_outputs(batch)
@@ -143,6 +164,8 @@ def verify_model(
             continue
         eager = wrapper.eager_detections(raw_eager, settings)
         for ref_dets, got_dets in zip(eager, Detections.from_contract(outputs), strict=True):
+            references.append(ref_dets)
+            actuals.append(got_dets)
             matches.append(
                 match_detections(
                     ref_dets,
@@ -164,6 +187,11 @@ def verify_model(
     )
     if detections["reference"] == 0:
         summary += "; the eager model detected nothing, so detections were not compared"
+    masks: dict[str, Any] = {}
+    if wrapper.mask_size is not None:  # matched detections' masks: probabilities within tolerance
+        masks = mask_errors(references, actuals, matches)
+        det_ok = det_ok and masks["pairs"] > 0 and masks["max_abs_error"] <= tol.mask
+        summary += f"; masks max abs err {masks['max_abs_error']:.2e} over {masks['pairs']} pairs"
     return {
         "passed": raw_ok and det_ok,
         "summary": summary,
@@ -174,6 +202,7 @@ def verify_model(
         "raw_outputs": raw_report,
         "contract": {"passed": not problems, "problems": problems},
         "detections": detections,
+        **({"masks": masks} if masks else {}),
         "checked_at": utc_now(),
     }
 
@@ -199,6 +228,7 @@ def settings_from_manifest(manifest: Manifest, wrapper: ExportWrapper) -> Postpr
         iou_threshold=manifest.iou_threshold,
         topk_per_class=int(post.get("topk_per_class", wrapper.default_settings.topk_per_class)),
         max_detections=manifest.max_detections,
+        pre_nms_topk=post.get("pre_nms_topk"),
     )
 
 
@@ -262,7 +292,7 @@ def verify_artifact(
         from training.train import default_split
 
         split = split or default_split(data, "val")
-        stats = coco_ap(
+        metrics = coco_metrics(
             {"eager": eager_detector(wrapper, settings), "onnx": onnx_detector(cpu_session(model))},
             root=data,
             split=split,
@@ -270,7 +300,9 @@ def verify_artifact(
             resize=wrapper.resize,
             batch_size=batch_size,
             max_images=max_images,
+            to_original=wrapper.to_original,
         )
+        stats = {name: m["bbox"] for name, m in metrics.items()}
         delta = stats["onnx"]["AP"] - stats["eager"]["AP"]
         report["coco"] = {
             "dataset": str(data),
@@ -284,6 +316,18 @@ def verify_artifact(
         }
         report["summary"] += f"; COCO AP eager {stats['eager']['AP']:.4f} onnx {stats['onnx']['AP']:.4f}"
         report["passed"] = report["passed"] and abs(delta) <= tol.ap
+        if wrapper.mask_size is not None:  # mask AP of both, through the same pasting and pycocotools
+            segm = {name: m.get("segm", dict.fromkeys(("AP",), 0.0)) for name, m in metrics.items()}
+            segm_delta = segm["onnx"]["AP"] - segm["eager"]["AP"]
+            report["coco"] |= {
+                "eager_mask_ap": segm["eager"]["AP"],
+                "onnx_mask_ap": segm["onnx"]["AP"],
+                "mask_ap_delta": segm_delta,
+                "eager_segm": segm["eager"],
+                "onnx_segm": segm["onnx"],
+            }
+            report["summary"] += f"; mask AP eager {segm['eager']['AP']:.4f} onnx {segm['onnx']['AP']:.4f}"
+            report["passed"] = report["passed"] and abs(segm_delta) <= tol.ap
     if write:
         update: dict[str, Any] = {"verification": report}
         if "coco" in report:
@@ -292,6 +336,7 @@ def verify_artifact(
                 "dataset": f"{data} ({report['coco']['split']})",
                 "source": "detect-export verify: this artifact in ONNX Runtime",
                 "bbox": report["coco"]["onnx"],
+                **({"segm": report["coco"]["onnx_segm"]} if "onnx_segm" in report["coco"] else {}),
                 **({"checkpoint": manifest.metrics} if manifest.metrics else {}),
             }
         write_manifest(manifest.model_copy(update=update), artifact_dir)

@@ -1,10 +1,12 @@
-"""Train the small CPU preset from scratch on the synthetic dataset and report AP, wall time and images/s.
+"""Train a small CPU preset from scratch on the synthetic dataset and report AP, wall time and images/s.
 
-    .venv/bin/python scripts/bench_train_cpu.py [--data data/synth] [--output runs/ssd300-cpu-small]
+    .venv/bin/python scripts/bench_train_cpu.py [--preset ssd300-cpu-small] [--data data/synth]
+        [--output runs/<preset>]
 
-Generates the dataset first when it is missing (seed 0: 2000 train / 200 val images), trains with
-``--preset ssd300-cpu-small`` and evaluates on the val split. Results go to ``OUTPUT/bench.json``.
-Extra arguments after ``--`` are passed to ``detect-train train``.
+Generates the dataset first when it is missing (seed 0: 2000 train / 200 val images), trains with the
+preset (``ssd300-cpu-small``, ``ssd320-cpu-small``, ``efficientdet-d0-cpu-small``,
+``maskrcnn-cpu-small``) and evaluates on the val split (box AP, and mask AP for mask models). Results go
+to ``OUTPUT/bench.json``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from training.config import make_config
+from training.config import PRESETS, make_config
 from training.data.synthetic import generate_dataset
 from training.train import main as train_main
 
@@ -30,7 +32,8 @@ def main() -> None:
     parser.add_argument("--num-train", type=int, default=2000)
     parser.add_argument("--num-val", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output", default="runs/ssd300-cpu-small")
+    parser.add_argument("--preset", default="ssd300-cpu-small", choices=sorted(PRESETS))
+    parser.add_argument("--output", help="default: runs/<preset>")
     parser.add_argument("--pipeline", choices=["torch", "dali"])
     parser.add_argument("--epochs", type=int)
     args = parser.parse_args()
@@ -41,31 +44,31 @@ def main() -> None:
         generate_dataset(data, args.num_train, args.num_val, args.seed)
         print(f"generated {data} in {time.perf_counter() - t0:.1f} s", flush=True)
 
-    cfg = make_config(
-        "ssd300-cpu-small", data=str(data), output=args.output, pipeline=args.pipeline, epochs=args.epochs
-    )
+    output = args.output or f"runs/{args.preset}"
+    cfg = make_config(args.preset, data=str(data), output=output, pipeline=args.pipeline, epochs=args.epochs)
     start = time.perf_counter()
     metrics = train_main(cfg)
     wall = time.perf_counter() - start
 
-    log = [json.loads(line) for line in (Path(args.output) / "metrics.jsonl").read_text().splitlines()]
+    log = [json.loads(line) for line in (Path(output) / "metrics.jsonl").read_text().splitlines()]
     epochs = [r for r in log if r["event"] == "epoch"]
     train_seconds = sum(r["seconds"] for r in epochs)
     images = sum(r["images_per_s"] * r["seconds"] for r in epochs)
     result = {
-        "preset": "ssd300-cpu-small",
+        "preset": args.preset,
         "pipeline": cfg.pipeline,
         "backbone": cfg.backbone,
         "epochs": cfg.epochs,
         "train_images": args.num_train,
         "AP": metrics["bbox"]["AP"],
         "AP50": metrics["bbox"]["AP50"],
+        **({"mask_AP": metrics["segm"]["AP"]} if "segm" in metrics else {}),
         "wall_time_s": round(wall, 1),
         "train_images_per_s": round(images / train_seconds, 2),
         "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads",
         "torch": torch.__version__,
     }
-    (Path(args.output) / "bench.json").write_text(json.dumps(result, indent=2) + "\n")
+    (Path(output) / "bench.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
 
 

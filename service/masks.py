@@ -1,12 +1,15 @@
-"""Instance masks: paste low-resolution mask probabilities into the image and encode them as COCO RLE.
+"""Instance masks: paste low-resolution mask probabilities into the image; encode as COCO RLE or polygons.
 
 Pasting follows torchvision's ``paste_masks_in_image`` (what Mask R-CNN's evaluation uses): pad the
 [Mh, Mw] mask by one zero pixel on each side, grow the box about its centre by (M + 2) / M so the padded
 mask still lines up with it, truncate the grown box to integers, resize the padded mask bilinearly to
-that box (+1 pixel, inclusive corners), keep the part inside the image, and threshold at 0.5.
+that box (+1 pixel, inclusive corners; half-pixel centres as ``interpolate(align_corners=False)``),
+keep the part inside the image, and threshold at 0.5.
 
-Memory stays bounded: one mask at a time, and only a box-sized region is ever materialized (the RLE is
-computed from that region; no full-image float mask exists).
+Memory stays bounded by one box, never the image times the detections: masks are pasted one at a time,
+and the bilinear resize is separable, so the box is produced in bands of :data:`BAND_ROWS` rows from
+the horizontally resized ``(Mh + 2) x w`` mask; only the bool bitmap of the box's part inside the image
+is kept (one byte per pixel). No full-image or box-sized float mask exists.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import numpy as np
 from pycocotools import mask as mask_utils
 
 MASK_THRESHOLD = 0.5
+BAND_ROWS = 256  # rows of a box resized at a time: BAND_ROWS x box width float32
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,18 @@ class PastedMask:
     x0: int
     y0: int
     bitmap: np.ndarray  # bool [h, w]; may be 0-sized when the box lies outside the image
+
+
+def _source_rows(
+    out_size: int, in_size: int, start: int, stop: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Bilinear (align_corners=False) source rows and weights of output rows ``start..stop``."""
+    scale = np.float32(in_size / out_size)
+    src = (np.arange(start, stop, dtype=np.float32) + np.float32(0.5)) * scale - np.float32(0.5)
+    src = np.maximum(src, np.float32(0.0))
+    lo = np.floor(src).astype(np.int64)
+    hi = np.minimum(lo + 1, in_size - 1)
+    return lo, hi, (src - lo).astype(np.float32)
 
 
 def paste_mask(
@@ -52,9 +68,15 @@ def paste_mask(
         return PastedMask(
             max(0, min(x_0, image_width)), max(0, min(y_0, image_height)), np.zeros((0, 0), bool)
         )
-    # Bilinear with half-pixel centres, as torch's interpolate(align_corners=False).
-    resized = cv2.resize(padded, (w, h), interpolation=cv2.INTER_LINEAR)
-    region = resized[y_0 - by0 : y_1 - by0, x_0 - bx0 : x_1 - bx0] > threshold
+    # Horizontal pass for all Mh + 2 rows (cv2: exact for an unchanged height), only the visible columns.
+    rows = cv2.resize(padded, (w, mh + 2), interpolation=cv2.INTER_LINEAR)[:, x_0 - bx0 : x_1 - bx0]
+    region = np.empty((y_1 - y_0, x_1 - x_0), dtype=bool)
+    # Vertical pass in bands of output rows.
+    for start in range(y_0 - by0, y_1 - by0, BAND_ROWS):
+        stop = min(start + BAND_ROWS, y_1 - by0)
+        lo, hi, frac = _source_rows(h, mh + 2, start, stop)
+        band = rows[lo] * (np.float32(1.0) - frac)[:, None] + rows[hi] * frac[:, None]
+        region[start - (y_0 - by0) : stop - (y_0 - by0)] = band > threshold
     return PastedMask(x_0, y_0, region)
 
 
@@ -87,11 +109,47 @@ def encode_rle(pasted: PastedMask, image_height: int, image_width: int) -> dict[
     return {"size": [image_height, image_width], "counts": rle["counts"].decode("ascii")}
 
 
+def encode_polygons(pasted: PastedMask) -> list[list[float]]:
+    """COCO polygons ``[[x0, y0, x1, y1, ...], ...]`` of a pasted mask's outer outlines, image pixels.
+
+    Vertices lie on pixel corners (pixel (r, c) covers [c, c + 1] x [r, r + 1]): the mask is traced at
+    twice its resolution and each traced point ``p`` maps to ``(p + 1) // 2``, so a hole-free mask
+    decodes back (pycocotools) to exactly its pixels. Holes cannot be expressed as COCO polygons and are
+    filled; use RLE for exact masks.
+    """
+    if pasted.bitmap.size == 0 or not pasted.bitmap.any():
+        return []
+    up = np.repeat(np.repeat(pasted.bitmap.astype(np.uint8), 2, axis=0), 2, axis=1)
+    contours, _ = cv2.findContours(up, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_NONE)
+    polygons: list[list[float]] = []
+    offset = np.array([pasted.x0, pasted.y0], dtype=np.int64)
+    for contour in contours:
+        pts = (contour[:, 0, :].astype(np.int64) + 1) // 2
+        pts = pts[np.any(pts != np.roll(pts, 1, axis=0), axis=1)]  # drop repeated vertices (cyclic)
+        # Keep only corners: where the incoming and outgoing unit steps differ.
+        d_in = np.sign(pts - np.roll(pts, 1, axis=0))
+        d_out = np.sign(np.roll(pts, -1, axis=0) - pts)
+        pts = pts[np.any(d_in != d_out, axis=1)]
+        if len(pts) >= 3:  # COCO polygons need at least three vertices
+            polygons.append([float(v) for v in (pts + offset).reshape(-1)])
+    return polygons
+
+
 def masks_to_rles(
     masks: np.ndarray, boxes: np.ndarray, image_height: int, image_width: int
 ) -> list[dict[str, object]]:
     """RLEs for [N, Mh, Mw] mask probabilities and their [N, 4] boxes in original-image pixels."""
     return [
         encode_rle(paste_mask(mask, box, image_height, image_width), image_height, image_width)
+        for mask, box in zip(masks, boxes, strict=True)
+    ]
+
+
+def masks_to_polygons(
+    masks: np.ndarray, boxes: np.ndarray, image_height: int, image_width: int
+) -> list[list[list[float]]]:
+    """Polygons (see :func:`encode_polygons`) for [N, Mh, Mw] mask probabilities and their [N, 4] boxes."""
+    return [
+        encode_polygons(paste_mask(mask, box, image_height, image_width))
         for mask, box in zip(masks, boxes, strict=True)
     ]

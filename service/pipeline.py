@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 import numpy as np
 
 from service.imaging import BoxTransform, decode_image, resize_for_network
 from service.manifest import MASK_OUTPUT
-from service.masks import masks_to_rles, paste_mask
+from service.masks import PastedMask, masks_to_polygons, masks_to_rles, paste_mask
 from service.postprocess import Detections, DetectParams, select_detections, to_schema
 from service.render import ImageFormat, render_detections
 from service.runtime import LoadedModel
@@ -25,6 +26,7 @@ from service.schemas import DetectionResult
 from service.uploads import ImageUpload
 
 T = TypeVar("T")
+MaskFormat = Literal["rle", "polygon"]
 
 
 @dataclass(frozen=True)
@@ -99,45 +101,47 @@ async def run_detection(
     return outcomes
 
 
-def _json_result(model: LoadedModel, outcome: ImageOutcome) -> DetectionResult:
+def _json_result(model: LoadedModel, outcome: ImageOutcome, mask_format: MaskFormat) -> DetectionResult:
     started = time.perf_counter()
     height, width = outcome.image.shape[:2]
-    rles = (
-        masks_to_rles(outcome.masks, outcome.detections.boxes, height, width)
-        if outcome.masks is not None
-        else None
-    )
+    rles = polygons = None
+    if outcome.masks is not None and mask_format == "polygon":
+        polygons = masks_to_polygons(outcome.masks, outcome.detections.boxes, height, width)
+    elif outcome.masks is not None:
+        rles = masks_to_rles(outcome.masks, outcome.detections.boxes, height, width)
     result = DetectionResult(
         model=model.name,
         version=model.version,
         filename=outcome.upload.filename,
         width=width,
         height=height,
-        detections=to_schema(outcome.detections, model.manifest.labels, rles),
+        detections=to_schema(outcome.detections, model.manifest.labels, rles, polygons),
     )
     model.metrics.stage("postprocess", time.perf_counter() - started)
     return result
 
 
 async def json_results(
-    model: LoadedModel, outcomes: list[ImageOutcome], executor: Executor
+    model: LoadedModel, outcomes: list[ImageOutcome], executor: Executor, mask_format: MaskFormat = "rle"
 ) -> list[DetectionResult]:
-    """Response objects; mask pasting and RLE encoding run in the worker threads."""
+    """Response objects; mask pasting and RLE / polygon encoding run in the worker threads."""
     loop = asyncio.get_running_loop()
     return list(
-        await asyncio.gather(*(loop.run_in_executor(executor, _json_result, model, o) for o in outcomes))
+        await asyncio.gather(
+            *(loop.run_in_executor(executor, _json_result, model, o, mask_format) for o in outcomes)
+        )
     )
 
 
 def _render(model: LoadedModel, outcome: ImageOutcome, fmt: ImageFormat) -> bytes:
     started = time.perf_counter()
     height, width = outcome.image.shape[:2]
-    pasted = None
-    if outcome.masks is not None:
-        pasted = [
+    pasted: Iterator[PastedMask] | None = None
+    if outcome.masks is not None:  # pasted lazily, one at a time, as they are drawn
+        pasted = (
             paste_mask(mask, box, height, width)
             for mask, box in zip(outcome.masks, outcome.detections.boxes, strict=True)
-        ]
+        )
     data = render_detections(outcome.image, outcome.detections, model.manifest.labels, fmt, pasted)
     model.metrics.stage("render", time.perf_counter() - started)
     return data

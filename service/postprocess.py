@@ -105,9 +105,12 @@ def select_detections(
 
 
 def to_schema(
-    detections: Detections, labels: tuple[Label, ...], masks: list[dict[str, object]] | None = None
+    detections: Detections,
+    labels: tuple[Label, ...],
+    masks: list[dict[str, object]] | None = None,
+    polygons: list[list[list[float]]] | None = None,
 ) -> list[Detection]:
-    """Response objects for ``detections``; ``masks`` (COCO RLEs), if given, align with them."""
+    """Response objects for ``detections``; ``masks`` (COCO RLEs) or ``polygons``, if given, align."""
     result: list[Detection] = []
     for i in range(len(detections)):
         class_id = int(detections.classes[i])
@@ -119,6 +122,7 @@ def to_schema(
                 score=round(float(detections.scores[i]), 5),
                 box=Box(x1=x1, y1=y1, x2=x2, y2=y2),
                 mask=RLEMask.model_validate(masks[i]) if masks is not None else None,
+                polygons=polygons[i] if polygons is not None else None,
             )
         )
     return result

@@ -5,7 +5,7 @@ CPU-bound: callers run `render_detections` in a worker thread.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Literal
 
 import cv2
@@ -42,6 +42,7 @@ _PALETTE: tuple[tuple[int, int, int], ...] = (
     (199, 55, 255),
 )
 MASK_ALPHA = 0.45
+_BLEND_ROWS = 128
 JPEG_QUALITY = 90
 
 
@@ -53,9 +54,13 @@ def draw_detections(
     image_rgb: np.ndarray,
     detections: Detections,
     labels: Sequence[Label],
-    masks: Sequence[PastedMask] | None = None,
+    masks: Iterable[PastedMask] | None = None,
 ) -> np.ndarray:
-    """A BGR copy of ``image_rgb`` with translucent masks, then boxes and "label score" captions on top."""
+    """A BGR copy of ``image_rgb`` with translucent masks, then boxes and "label score" captions on top.
+
+    ``masks`` align with the detections and are consumed one at a time (a generator that pastes each
+    mask on demand keeps one pasted mask in memory at a time).
+    """
     canvas = cv2.cvtColor(image_rgb, cv2.COLOR_RGB2BGR)
     height, width = canvas.shape[:2]
     # Line and text sizes grow with the image so boxes stay visible on large photos.
@@ -66,10 +71,15 @@ def draw_detections(
             h, w = pasted.bitmap.shape
             if not h or not w:
                 continue
-            region = canvas[pasted.y0 : pasted.y0 + h, pasted.x0 : pasted.x0 + w]
-            tint = np.asarray(color_for(int(detections.classes[i])), dtype=np.float32)
-            selected = region[pasted.bitmap].astype(np.float32)
-            region[pasted.bitmap] = (selected * (1 - MASK_ALPHA) + tint * MASK_ALPHA).astype(np.uint8)
+            tint = np.asarray(color_for(int(detections.classes[i])), dtype=np.float32) * MASK_ALPHA
+            # In bands of rows: the float copy of a large mask's pixels stays small.
+            for top in range(0, h, _BLEND_ROWS):
+                rows = slice(pasted.y0 + top, pasted.y0 + min(top + _BLEND_ROWS, h))
+                region = canvas[rows, pasted.x0 : pasted.x0 + w]
+                inside = pasted.bitmap[top : top + _BLEND_ROWS]
+                region[inside] = (region[inside].astype(np.float32) * (1 - MASK_ALPHA) + tint).astype(
+                    np.uint8
+                )
     for i in range(len(detections)):
         class_id = int(detections.classes[i])
         color = color_for(class_id)
@@ -109,7 +119,7 @@ def render_detections(
     detections: Detections,
     labels: Sequence[Label],
     fmt: ImageFormat = "jpeg",
-    masks: Sequence[PastedMask] | None = None,
+    masks: Iterable[PastedMask] | None = None,
 ) -> bytes:
     """The boxed image, encoded: what ``format=jpeg|png`` returns."""
     return encode_image(draw_detections(image_rgb, detections, labels, masks), fmt)

@@ -25,6 +25,11 @@ class DetectQuery(BaseModel):
         default=None,
         description="json, or the image with boxes drawn (one image only); default: from Accept, else json",
     )
+    mask_format: Literal["rle", "polygon"] = Field(
+        default="rle",
+        description="mask models, JSON: each detection's mask as COCO RLE (`mask`, exact) or as COCO "
+        "polygons (`polygons`, outer outlines)",
+    )
 
 
 class Box(BaseModel):
@@ -48,7 +53,12 @@ class Detection(BaseModel):
     label: str
     score: float
     box: Box
-    mask: RLEMask | None = Field(default=None, description="only for mask models")
+    mask: RLEMask | None = Field(default=None, description="mask models: the instance mask (mask_format=rle)")
+    polygons: list[list[float]] | None = Field(
+        default=None,
+        description="mask models with mask_format=polygon: COCO polygons [[x0, y0, x1, y1, ...], ...] in "
+        "original-image pixels (vertices on pixel corners; holes are not represented)",
+    )
 
 
 class DetectionResult(BaseModel):

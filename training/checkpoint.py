@@ -5,10 +5,15 @@ A checkpoint written here is a dict::
     {"format": "detect-checkpoint/1", "model_name": "ssd300", "model_args": {...},
      "categories": [{"id": <COCO category id>, "name": ...}, ...],   # contiguous label i + 1 -> entry i
      "config": {... training config ...}, "epoch": int, "iteration": int,
-     "model": state_dict, "optimizer": ..., "scheduler": ..., "scaler": ..., "metrics": {...}}
+     "model": state_dict, "optimizer": ..., "scheduler": ..., "scaler": ..., "metrics": {...},
+     "model_ema": state_dict or None}   # exponential moving average of the weights, when trained with one
 
 NVIDIA's SSD300 v1.1 files (``{"model": state_dict, "label_map": {label: name}, ...}``, keys optionally
 prefixed with ``module.``) load as an ``ssd300`` checkpoint with the backbone inferred from the weights.
+EfficientDet-D0 weight files of effdet and NVIDIA's PyTorch EfficientDet load as ``efficientdet-d0``
+checkpoints (see ``training.models.efficientdet.checkpoints``). torchvision's Mask R-CNN files (v1/v2 COCO
+weights, or its reference scripts' ``{"model": ...}``) load as ``maskrcnn_resnet50_fpn[_v2]`` checkpoints
+(see ``training.models.maskrcnn.weights``).
 """
 
 from __future__ import annotations
@@ -47,6 +52,8 @@ class Checkpoint:
     scaler: dict[str, Any] | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
     source: str = "detect"
+    # EMA of the weights (``TrainConfig.ema_decay``); ``model`` stays the raw weights training resumes from.
+    model_ema: dict[str, torch.Tensor] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -62,12 +69,18 @@ class Checkpoint:
             "scheduler": self.scheduler,
             "scaler": self.scaler,
             "metrics": self.metrics,
+            "model_ema": self.model_ema,
         }
 
+    @property
+    def inference_weights(self) -> dict[str, torch.Tensor]:
+        """The weights to evaluate, export and serve: the EMA copy when there is one."""
+        return self.model_ema if self.model_ema is not None else self.model
+
     def build(self) -> nn.Module:
-        """The model with these weights loaded strictly (no missing or unexpected keys)."""
+        """The model with :attr:`inference_weights` loaded strictly (no missing or unexpected keys)."""
         model = build_model(self.model_name, **self.model_args)
-        model.load_state_dict(self.model, strict=True)
+        model.load_state_dict(self.inference_weights, strict=True)
         return model
 
 
@@ -117,14 +130,25 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
             scheduler=raw.get("scheduler"),
             scaler=raw.get("scaler"),
             metrics=raw.get("metrics") or {},
+            model_ema=raw.get("model_ema"),
         )
     if isinstance(raw.get("model"), dict) and any(
         k.removeprefix("module.").startswith("feature_extractor.feature_extractor.") for k in raw["model"]
     ):
         return _from_nvidia_ssd300(raw, path)
+    from training.models.maskrcnn.weights import checkpoint_fields, is_torchvision_maskrcnn
+
+    nested = raw.get("model")
+    if is_torchvision_maskrcnn(nested if isinstance(nested, dict) else raw):
+        return Checkpoint(**checkpoint_fields(raw), source="torchvision-maskrcnn")
+    from training.models.efficientdet.checkpoints import efficientdet_checkpoint
+
+    effdet = efficientdet_checkpoint(raw, path)
+    if effdet is not None:
+        return effdet
     raise CheckpointError(
-        f"{path} is neither a {FORMAT} checkpoint nor NVIDIA's SSD300 layout "
-        f"(top-level keys: {sorted(raw)[:8]})"
+        f"{path} is neither a {FORMAT} checkpoint nor NVIDIA's SSD300 layout nor an EfficientDet-D0 "
+        f"or torchvision Mask R-CNN state dict (top-level keys: {sorted(raw)[:8]})"
     )
 
 

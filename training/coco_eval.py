@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import copy
 import io
 import json
 from pathlib import Path
@@ -35,12 +34,15 @@ class CocoEvaluator:
     """Collects detections in the COCO results format and scores them against ``coco_gt``.
 
     Each result is ``{"image_id", "category_id", "bbox": [x, y, w, h] in pixels, "score"}`` (plus
-    ``"segmentation"`` RLE for ``segm``).
+    ``"segmentation"`` RLE for ``segm``). ``iou_types`` None means ``bbox``, and ``segm`` too when the
+    results carry segmentations. Each type is scored on its own view of the results, as torchvision's
+    reference does: ``bbox`` without the segmentations, ``segm`` without the boxes (so a detection's area,
+    which picks its small/medium/large range, is its mask's).
     """
 
-    def __init__(self, coco_gt: COCO, iou_types: tuple[str, ...] = ("bbox",)) -> None:
+    def __init__(self, coco_gt: COCO, iou_types: tuple[str, ...] | None = ("bbox",)) -> None:
         self.coco_gt = coco_gt
-        self.iou_types = iou_types
+        self._iou_types = iou_types
         self.results: list[dict[str, Any]] = []
         self.image_ids: list[int] = []
         self.stats: dict[str, dict[str, float]] = {}
@@ -55,15 +57,24 @@ class CocoEvaluator:
         self.results = [r for res, _ in gathered for r in res]
         self.image_ids = sorted({i for _, ids in gathered for i in ids})
 
+    @property
+    def iou_types(self) -> tuple[str, ...]:
+        if self._iou_types is not None:
+            return self._iou_types
+        return ("bbox", "segm") if any("segmentation" in r for r in self.results) else ("bbox",)
+
     def accumulate_and_summarize(self, verbose: bool = True) -> dict[str, dict[str, float]]:
         """Run COCOeval per IoU type; returns ``{iou_type: {metric name: value}}`` (12 metrics each)."""
         for iou_type in self.iou_types:
             if not self.results:  # pycocotools cannot load an empty result list: nothing found scores 0
                 self.stats[iou_type] = dict.fromkeys(METRIC_NAMES, 0.0)
                 continue
+            drop = "bbox" if iou_type == "segm" else "segmentation"
             # loadRes mutates what it is given; keep ours intact for writing out later.
             with contextlib.redirect_stdout(io.StringIO()):
-                coco_dt = self.coco_gt.loadRes(copy.deepcopy(self.results))
+                coco_dt = self.coco_gt.loadRes(
+                    [{k: v for k, v in r.items() if k != drop} for r in self.results]
+                )
             evaluator = COCOeval(self.coco_gt, coco_dt, iou_type)
             evaluator.params.imgIds = self.image_ids or sorted(self.coco_gt.getImgIds())
             out = io.StringIO()

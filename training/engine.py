@@ -15,7 +15,10 @@ from tqdm import tqdm
 
 from training.box_ops import xyxy_to_ltwh
 from training.coco_eval import CocoEvaluator
-from training.tasks.base import Batch, DetectorTask
+from training.data.letterbox import Letterbox
+from training.ema import ModelEma
+from training.masks import masks_to_rles
+from training.tasks.base import Batch, DetectorTask, Prediction
 
 
 def autocast_context(device: torch.device, precision: str) -> contextlib.AbstractContextManager[Any]:
@@ -45,8 +48,12 @@ def train_one_epoch(
     world_size: int,
     on_log: Callable[[dict[str, Any]], None],
     show_progress: bool,
+    ema: ModelEma | None = None,
 ) -> int:
-    """Train until the loader ends or ``max_iters`` is reached; returns the global iteration count."""
+    """Train until the loader ends or ``max_iters`` is reached; returns the global iteration count.
+
+    With ``ema``, the moving average is updated after every optimizer step.
+    """
     model.train()
     iteration = start_iter
     total = len(loader) if isinstance(loader, Sized) else None
@@ -64,6 +71,8 @@ def train_one_epoch(
         scaler.step(optimizer)
         scaler.update()
         scheduler.step()
+        if ema is not None:
+            ema.update(model)
         iteration += 1
         batch_images = int(batch[0].shape[0]) * world_size
         window_images += batch_images
@@ -86,6 +95,24 @@ def train_one_epoch(
     return iteration
 
 
+def _to_original_pixels(boxes: torch.Tensor, where: tuple[int, int] | Letterbox) -> torch.Tensor:
+    """Boxes normalized to the network input -> original-image pixels."""
+    if isinstance(where, Letterbox):
+        return torch.from_numpy(where.boxes_to_original(boxes.numpy()))
+    height, width = where
+    return boxes * torch.tensor([width, height, width, height], dtype=torch.float32)
+
+
+def _segmentations(
+    pred: Prediction, pixels: torch.Tensor, where: tuple[int, int] | Letterbox
+) -> list[dict[str, Any]] | None:
+    """COCO RLEs of a prediction's ``masks`` (if it has them), pasted into the original image."""
+    if "masks" not in pred:
+        return None
+    height, width = (where.original_height, where.original_width) if isinstance(where, Letterbox) else where
+    return masks_to_rles(pred["masks"], pixels, height, width)
+
+
 @torch.no_grad()
 def evaluate(
     *,
@@ -100,28 +127,35 @@ def evaluate(
 ) -> CocoEvaluator:
     """Predict on every batch ``(images, image_ids, orig_sizes)`` and score with pycocotools.
 
+    ``orig_sizes`` holds per image its original ``(height, width)`` (inputs resized without keeping the
+    aspect: boxes scale by the original size) or a :class:`~training.data.letterbox.Letterbox` (letterboxed
+    inputs: boxes map back through it, clipped to the image, exactly as the service maps them).
+    Predictions with ``masks`` (low-resolution, see :class:`~training.tasks.base.Prediction`) are pasted
+    into the original image and scored as ``segm`` too.
     Runs on one process over the whole split (the trainer calls it on rank 0 only).
     """
     model.eval()
-    evaluator = CocoEvaluator(coco_gt)
+    evaluator = CocoEvaluator(coco_gt, iou_types=None)  # bbox, plus segm when predictions carry masks
     category_ids = [int(c["id"]) for c in categories]
     for images, image_ids, orig_sizes in loader:
         with autocast_context(device, precision):
             predictions = task.predict(model, images.to(device))
         results = []
-        for pred, image_id, (height, width) in zip(predictions, image_ids, orig_sizes, strict=True):
-            scale = torch.tensor([width, height, width, height], dtype=torch.float32)
-            boxes = xyxy_to_ltwh(pred["boxes"].float().cpu() * scale)
+        for pred, image_id, where in zip(predictions, image_ids, orig_sizes, strict=True):
+            pixels = _to_original_pixels(pred["boxes"].float().cpu(), where)
+            boxes = xyxy_to_ltwh(pixels)
             scores, labels = pred["scores"].tolist(), pred["labels"].tolist()
-            for box, score, label in zip(boxes.tolist(), scores, labels, strict=True):
-                results.append(
-                    {
-                        "image_id": int(image_id),
-                        "category_id": category_ids[int(label) - 1],
-                        "bbox": [round(v, 3) for v in box],
-                        "score": round(float(score), 5),
-                    }
-                )
+            masks = _segmentations(pred, pixels, where)
+            for i, (box, score, label) in enumerate(zip(boxes.tolist(), scores, labels, strict=True)):
+                result = {
+                    "image_id": int(image_id),
+                    "category_id": category_ids[int(label) - 1],
+                    "bbox": [round(v, 3) for v in box],
+                    "score": round(float(score), 5),
+                }
+                if masks is not None:
+                    result["segmentation"] = masks[i]
+                results.append(result)
         evaluator.update(results, list(image_ids))
     evaluator.accumulate_and_summarize(verbose=verbose)
     return evaluator

@@ -6,6 +6,7 @@ import argparse
 import json
 import random
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from training import distributed
 from training.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from training.config import PRESETS, TrainConfig, make_config
 from training.data.coco import resolve_split
+from training.ema import ModelEma
 from training.engine import evaluate, train_one_epoch
 from training.models.registry import model_names
 from training.optim import build_scheduler, build_sgd
@@ -31,6 +33,17 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument("--model", choices=model_names())
     parser.add_argument("--backbone", help="resnet18 | resnet34 | resnet50 | resnet101 | resnet152")
     parser.add_argument("--backbone-weights", help="torchvision ImageNet weights file for the backbone")
+    parser.add_argument(
+        "--weights", help="initial weights of the whole model (a checkpoint or a published file), strict"
+    )
+    parser.add_argument(
+        "--model-arg",
+        dest="model_args",
+        action=ModelArgAction,
+        metavar="KEY=VALUE",
+        help="architecture argument, repeatable (VALUE as JSON, else a string), e.g. image_size=256; "
+        "replaces the preset's value for KEY",
+    )
     parser.add_argument("--data", required=True, help="COCO-format dataset root (images + annotations/)")
     parser.add_argument("--train-split")
     parser.add_argument("--val-split")
@@ -56,11 +69,37 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument("--seed", type=int)
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--resume", help="checkpoint to continue from (model, optimizer, schedule, step)")
+    parser.add_argument(
+        "--ema-decay", type=float, help="EMA of the weights per step (evaluated, checkpointed, exported)"
+    )
     return parser
 
 
+class ModelArgAction(argparse.Action):
+    """Collects ``--model-arg KEY=VALUE`` into a dict (values parsed as JSON when they are JSON)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        key, sep, raw = str(values).partition("=")
+        if not sep or not key.strip():
+            parser.error(f"{option_string} expects KEY=VALUE, got {values!r}")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        setattr(namespace, self.dest, {**(getattr(namespace, self.dest) or {}), key.strip(): value})
+
+
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    overrides = {k: v for k, v in vars(args).items() if k not in {"preset", "command", "func"}}
+    overrides = {k: v for k, v in vars(args).items() if k not in {"preset", "command", "func", "model_args"}}
+    if args.model_args:
+        preset_args = PRESETS[args.preset].get("model_args", {}) if args.preset else {}
+        overrides["model_args"] = {**preset_args, **args.model_args}
     return make_config(args.preset, **overrides)
 
 
@@ -106,7 +145,7 @@ def _train(cfg: TrainConfig, info: distributed.DistInfo) -> dict[str, Any]:
         {"id": int(c["id"]), "name": str(c["name"])}
         for c in json.loads(Path(train_ann).read_text())["categories"]
     ]
-    model_args = {"num_classes": len(categories), "backbone": cfg.backbone}
+    model_args = {"num_classes": len(categories), "backbone": cfg.backbone, **cfg.model_args}
 
     resume: Checkpoint | None = load_checkpoint(cfg.resume) if cfg.resume else None
     if resume is not None and (resume.model_name != cfg.model or resume.model_args != model_args):
@@ -119,8 +158,13 @@ def _train(cfg: TrainConfig, info: distributed.DistInfo) -> dict[str, Any]:
     model: nn.Module = task.build_model(None if resume else cfg.backbone_weights).to(device)
     if resume is not None:
         model.load_state_dict(resume.model, strict=True)
+    elif cfg.weights:
+        load_initial_weights(model, cfg.model, cfg.weights)
     if cfg.channels_last:
         model = model.to(memory_format=torch.channels_last)
+    ema = ModelEma(model, cfg.ema_decay) if cfg.ema_decay else None
+    if ema is not None and resume is not None and resume.model_ema is not None:
+        ema.load_state_dict(resume.model_ema, updates=resume.iteration)
     train_model: nn.Module = (
         DistributedDataParallel(model, device_ids=[info.local_rank] if device.type == "cuda" else None)
         if info.enabled
@@ -193,6 +237,7 @@ def _train(cfg: TrainConfig, info: distributed.DistInfo) -> dict[str, Any]:
             world_size=info.world_size,
             on_log=log.write,
             show_progress=info.is_main,
+            ema=ema,
         )
         epoch_time = time.perf_counter() - epoch_start
         images = (iteration - epoch_iter_start) * cfg.batch_size * info.world_size
@@ -210,14 +255,24 @@ def _train(cfg: TrainConfig, info: distributed.DistInfo) -> dict[str, Any]:
             coco_gt = coco_gt or _load_gt(cfg.data, val_split)
             evaluator = evaluate(
                 task=task,
-                model=model,
+                model=ema.module if ema is not None else model,
                 loader=task.eval_loader(cfg.data, val_split, cfg.eval_batch_size, cfg.workers),
                 coco_gt=coco_gt,
                 categories=categories,
                 device=device,
             )
-            metrics = {"bbox": evaluator.stats["bbox"], "split": val_split, "epoch": epoch}
-            log.write({"event": "eval", "epoch": epoch, "iteration": iteration, **evaluator.stats["bbox"]})
+            segm = {"segm": evaluator.stats["segm"]} if "segm" in evaluator.stats else {}
+            metrics = {"bbox": evaluator.stats["bbox"], **segm, "split": val_split, "epoch": epoch}
+            mask_ap = {f"segm_{k}": v for k, v in segm.get("segm", {}).items()}
+            log.write(
+                {
+                    "event": "eval",
+                    "epoch": epoch,
+                    "iteration": iteration,
+                    **evaluator.stats["bbox"],
+                    **mask_ap,
+                }
+            )
         if info.is_main:
             ckpt = Checkpoint(
                 model_name=cfg.model,
@@ -231,6 +286,7 @@ def _train(cfg: TrainConfig, info: distributed.DistInfo) -> dict[str, Any]:
                 scheduler=scheduler.state_dict(),
                 scaler=scaler.state_dict(),
                 metrics=metrics,
+                model_ema=ema.state_dict() if ema is not None else None,
             )
             save_checkpoint(ckpt, output / "checkpoint.pt")
             log.plot()
@@ -238,6 +294,23 @@ def _train(cfg: TrainConfig, info: distributed.DistInfo) -> dict[str, Any]:
         model.train()
     log.write({"event": "end", "iteration": iteration, "seconds": time.perf_counter() - run_start, **metrics})
     return metrics
+
+
+def load_initial_weights(model: nn.Module, model_name: str, path: str) -> None:
+    """``--weights``: the whole model's weights from any file ``load_checkpoint`` reads (this project's
+    checkpoints, NVIDIA's SSD300 files, torchvision's Mask R-CNN files), loaded strictly.
+
+    Raises ValueError naming the architecture or the missing / unexpected / mis-shaped keys.
+    """
+    source = load_checkpoint(path)
+    if source.model_name != model_name:
+        raise ValueError(f"--weights {path} holds a {source.model_name} model, this run trains {model_name}")
+    try:
+        model.load_state_dict(source.model, strict=True)
+    except RuntimeError as exc:
+        raise ValueError(
+            f"--weights {path} does not fit this {model_name} ({source.model_args}): {exc}"
+        ) from exc
 
 
 def _load_gt(root: str, split: str) -> COCO:

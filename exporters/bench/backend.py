@@ -11,6 +11,10 @@ calls; latency is per call (one batch), throughput = batch size / mean latency.
 
 ``--breakdown`` times the ONNX graph's two halves separately (network: images -> raw heads;
 post-processing: raw heads -> detections) and reports post-processing as a share of the network time.
+
+With ``--eager-checkpoint`` the report also gives the network's GFLOP per image (``exporters.bench.flops``:
+PyTorch's ``FlopCounterMode`` over one eager forward pass, a multiply-add = 2 FLOPs) and, per row, the
+GFLOP/s that throughput amounts to.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from exporters.artifact import read_artifact
 from exporters.errors import ExportError
 from exporters.onnx_graph import extract, load_checked
 from exporters.runtime import cpu_session
-from service.manifest import OUTPUT_NAMES, Manifest
+from service.manifest import Manifest
 
 COLUMNS = ("runtime", "batch", "img/s", "avg ms", "p90 ms", "p95 ms", "p99 ms")
 
@@ -133,7 +137,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         session = cpu_session(model, threads=args.threads)
 
         def run_onnxruntime(batch: np.ndarray) -> object:
-            return session.run(list(OUTPUT_NAMES), {"images": batch})
+            return session.run(list(manifest.outputs), {"images": batch})  # masks too, for mask models
 
         runners[f"onnxruntime-cpu ({manifest.precision if manifest.format == 'onnx' else 'fp16'})"] = (
             run_onnxruntime
@@ -147,8 +151,12 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
             runners["tensorrt (fp16)"] = EngineRunner(model_path).run
         else:
             notes.append(f"TensorRT skipped: {reason}")
+    gflops = None
     if args.eager_checkpoint:
+        from exporters.bench.flops import checkpoint_gflops
+
         runners["pytorch-eager (fp32)"] = _eager_runner(args.eager_checkpoint, manifest, args.threads)
+        gflops = checkpoint_gflops(args.eager_checkpoint)
     rows = []
     for name, run in runners.items():
         for batch in batch_sizes:
@@ -171,6 +179,10 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.platform()}",
         "onnxruntime": ort.__version__,
         "rows": [asdict(r) for r in rows],
+        "gflops_per_image": gflops,
+        "gflops_method": "torch.utils.flop_counter.FlopCounterMode, eager network, batch 1"
+        if gflops
+        else None,
         "breakdown": breakdown,
         "notes": notes,
     }
@@ -205,16 +217,17 @@ def postprocess_share(
 
     Both halves are cut from the artifact graph itself at its raw head tensors, so the numbers are of
     exactly the nodes that run in production. Returns per batch size: network ms, post-processing ms,
-    full graph ms, and post-processing / network.
+    full graph ms, and post-processing / network. (For a two-stage model, Mask R-CNN, the second half
+    is proposal selection, RoI heads, NMS and masks: its raw tensors are the FPN and RPN head outputs.)
     """
     from exporters.verify import raw_names_from_manifest
 
     raw = raw_names_from_manifest(manifest)
     network = cpu_session(extract(model, [manifest.input.name], raw), threads)
-    post = cpu_session(extract(model, raw, list(OUTPUT_NAMES)), threads)
+    outputs = list(manifest.outputs)
+    post = cpu_session(extract(model, raw, outputs), threads)
     full = cpu_session(model, threads)
     result = []
-    outputs = list(OUTPUT_NAMES)
     for batch in batch_sizes:
         feed = {manifest.input.name: images[:batch]}
         heads = dict(zip(raw, network.run(raw, feed), strict=True))
@@ -304,6 +317,12 @@ def run(args: argparse.Namespace) -> int:
         f"batch size; {report['threads']} threads; onnxruntime {report['onnxruntime']}; {report['machine']}"
     )
     print(format_table([BenchRow(**row) for row in report["rows"]]))
+    if report.get("gflops_per_image"):
+        gflops = report["gflops_per_image"]
+        rates = ", ".join(
+            f"{r['runtime']} b{r['batch']} {r['images_per_s'] * gflops:.0f}" for r in report["rows"]
+        )
+        print(f"\nnetwork: {gflops:.2f} GFLOP/image ({report['gflops_method']}); achieved GFLOP/s: {rates}")
     if report["breakdown"]:
         print("\npost-processing vs network (ONNX Runtime, halves of the same graph):")
         for b in report["breakdown"]:

@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 from exporters.wrappers.base import ExportWrapper, ImagePreprocess
+from exporters.wrappers.efficientdet import EfficientDetWrapper
+from exporters.wrappers.maskrcnn import MaskRCNNV2Wrapper, MaskRCNNWrapper
 from exporters.wrappers.ssd300 import SSD300Wrapper
+from exporters.wrappers.ssd320 import SSD320Wrapper
 
-_WRAPPERS: dict[str, type[ExportWrapper]] = {"ssd300": SSD300Wrapper}
+_WRAPPERS: dict[str, type[ExportWrapper]] = {
+    "ssd300": SSD300Wrapper,
+    EfficientDetWrapper.architecture: EfficientDetWrapper,
+    "ssd320": SSD320Wrapper,
+    MaskRCNNWrapper.architecture: MaskRCNNWrapper,
+    MaskRCNNV2Wrapper.architecture: MaskRCNNV2Wrapper,
+}
 
 
 class UnsupportedArchitectureError(ValueError):

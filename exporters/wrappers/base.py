@@ -6,6 +6,7 @@ The pipeline (``exporters.onnx_export``) assembles every exported graph from the
         --wrapper.network--> raw head outputs (architecture-specific tuple)
         --wrapper.decoder--> boxes [B, A, 4] x1y1x2y2 normalized to the input, scores [B, C, A]
         --DetectionPostprocess--> the manifest's output contract
+        (mask models: --wrapper.mask_head--> detection_masks, from the raw outputs and the detections)
 
 so adding an architecture means one module with an :class:`ExportWrapper` subclass (metadata, the
 network, a decoder to the common layout, and the eager post-processing it must match) registered in
@@ -25,6 +26,7 @@ from exporters.compare import Detections
 from exporters.postprocess_graph import PostprocessSettings
 from service.manifest import Label
 from training.checkpoint import Checkpoint
+from training.data.letterbox import letterbox_geometry
 
 
 class ImagePreprocess(nn.Module):
@@ -61,6 +63,14 @@ class ExportWrapper(ABC):
     architecture: ClassVar[str]
     raw_output_names: ClassVar[tuple[str, ...]]
     resize_mode: ClassVar[Literal["stretch", "letterbox"]] = "stretch"
+    # Letterbox fill per RGB channel (0-255), written to the manifest's input spec.
+    pad_value: ClassVar[tuple[int, int, int]] = (0, 0, 0)
+    # Smallest verification tolerances (``exporters.verify.Tolerances`` fields) the architecture needs in
+    # FP32, where its own rounding differences exceed the defaults (e.g. a two-stage detector's scores).
+    tolerance_floors: ClassVar[dict[str, float]] = {}
+    # ONNX node-name prefixes (module scopes in ``DetectionGraph``) of network layers that run after the
+    # raw outputs and belong in the FP16 graph (``exporters.fp16.split_nodes``): two-stage RoI heads.
+    fp16_scopes: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, checkpoint: Checkpoint) -> None:
         if checkpoint.model_name != self.architecture:
@@ -95,6 +105,11 @@ class ExportWrapper(ABC):
     def default_settings(self) -> PostprocessSettings:
         return PostprocessSettings()
 
+    @property
+    def mask_size(self) -> tuple[int, int] | None:
+        """(Mh, Mw) of ``detection_masks`` for mask models (see :meth:`mask_head`), else None."""
+        return None
+
     def labels(self) -> list[Label]:
         """Manifest labels in contract order: ``detection_classes`` i -> ``categories[i]``."""
         return [Label(name=str(c["name"]), coco_id=int(c["id"])) for c in self.checkpoint.categories]
@@ -107,6 +122,24 @@ class ExportWrapper(ABC):
     @abstractmethod
     def decoder(self) -> nn.Module:
         """Module: raw head outputs -> ``(boxes [B, A, 4], scores [B, C, A])`` (see class docstring)."""
+
+    def mask_head(self) -> nn.Module | None:
+        """Mask models: a module ``(raw outputs, contract outputs) -> detection_masks [B, K, Mh, Mw]``
+        that runs after the post-processing, on the kept detections; None for box-only detectors."""
+        return None
+
+    def check_settings(self, settings: PostprocessSettings) -> None:  # noqa: B027 - optional hook
+        """Raise ValueError for post-processing settings the architecture's eager reference cannot follow."""
+
+    def to_original(self, boxes: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+        """``[N, 4]`` boxes normalized to the input -> pixels of an original ``(height, width)`` image, as the
+        service maps them (``resize_mode``)."""
+        height, width = size
+        if self.resize_mode == "letterbox":
+            net_h, net_w = self.input_size
+            return letterbox_geometry(height, width, net_h, net_w).boxes_to_original(boxes)
+        scale = np.array([width, height, width, height], dtype=np.float32)
+        return np.asarray(boxes, dtype=np.float32).reshape(-1, 4) * scale
 
     # ------------------------------------------------------------------ eager reference
     @abstractmethod

@@ -2,8 +2,10 @@
 
 Request: multipart files in field ``images`` (or ``image`` / ``file``), or one image as the raw body.
 Response: for one image a `DetectionResult`; for several ``{"results": [DetectionResult, ...]}`` in the
-order sent. With ``format=jpeg|png`` (or ``Accept: image/jpeg|image/png``) the response is the image
-with its detections drawn; that needs exactly one image.
+order sent. Mask models add each detection's mask as COCO RLE (``mask``) or, with
+``mask_format=polygon``, as COCO polygons (``polygons``). With ``format=jpeg|png`` (or ``Accept:
+image/jpeg|image/png``) the response is the image with its detections drawn (masks translucent under
+the boxes); that needs exactly one image.
 """
 
 from __future__ import annotations
@@ -141,7 +143,7 @@ async def detect(
             "X-Detections": str(len(outcomes[0].detections)),
         }
         return Response(data, media_type=MEDIA_TYPES[fmt], headers=headers)
-    results = await json_results(model, outcomes, executor)
+    results = await json_results(model, outcomes, executor, query.mask_format)
     body: DetectionResult | DetectionResults = (
         results[0] if len(results) == 1 else DetectionResults(results=results)
     )

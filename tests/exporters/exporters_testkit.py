@@ -59,3 +59,32 @@ def copy_artifact(artifact: ExportedArtifact, destination: Path) -> Path:
     target = destination / "models" / artifact.manifest.name / artifact.manifest.version
     shutil.copytree(artifact.directory, target)
     return target
+
+
+def make_ssd320_checkpoint(path: Path, image_size: int = 96, seed: int = 0) -> Path:
+    """A ResNet-18 SSD320 with 3 classes at ``image_size`` and random weights, its sigmoid scores spread
+    over (0, 1) (class-predictor weights scaled up, bias -1) so classes, top-k and NMS all decide."""
+    from training.models.ssd320.model import SSD320
+
+    torch.manual_seed(seed)
+    args = {
+        "num_classes": len(CATEGORIES),
+        "backbone": "resnet18",
+        "image_size": image_size,
+        "freeze_bn": False,
+    }
+    model = SSD320(**args).eval()
+    with torch.no_grad():
+        model.head.class_predictor.weight.mul_(40.0)
+        model.head.class_predictor.bias.fill_(-1.0)
+        model.head.box_predictor.weight.mul_(10.0)
+    ckpt = Checkpoint(
+        model_name="ssd320",
+        model_args=args,
+        categories=CATEGORIES,
+        model=model.state_dict(),
+        config={"note": "ssd320 exporters test checkpoint"},
+        epoch=1,
+        iteration=7,
+    )
+    return save_checkpoint(ckpt, path)

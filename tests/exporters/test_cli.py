@@ -32,13 +32,16 @@ def test_missing_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
 
 def test_checkpoint_of_another_architecture(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ckpt = save_checkpoint(
-        Checkpoint("efficientdet_d0", {"num_classes": 3}, [{"id": 1, "name": "a"}], {"w": torch.zeros(1)}),
-        tmp_path / "effdet.pt",
+        Checkpoint("yolov3", {"num_classes": 3}, [{"id": 1, "name": "a"}], {"w": torch.zeros(1)}),
+        tmp_path / "yolo.pt",
     )
     out = tmp_path / "models" / "m" / "1"
     code, err = _run(["onnx", "--checkpoint", str(ckpt), "--output", str(out)], capsys)
     assert code == EXIT_BAD_INPUT
-    assert "no exporter for architecture 'efficientdet_d0'; exportable: ['ssd300']" in err
+    assert (
+        "no exporter for architecture 'yolov3'; exportable: "
+        "['efficientdet-d0', 'maskrcnn_resnet50_fpn', 'maskrcnn_resnet50_fpn_v2', 'ssd300', 'ssd320']"
+    ) in err
     assert not out.exists() and _leftovers(tmp_path) == []
 
 

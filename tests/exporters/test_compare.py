@@ -39,6 +39,7 @@ def test_identical_detections_in_another_row_order_match() -> None:
         "unexplained": 0,
         "max_box_error": 0.0,
         "max_score_error": 0.0,
+        "pairs": [(2, 0), (1, 1), (0, 2)],  # (reference row, actual row)
     }
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from pycocotools import mask as mask_utils
 
-from service.masks import PastedMask, encode_rle, masks_to_rles, paste_mask
+from service.masks import BAND_ROWS, PastedMask, encode_polygons, encode_rle, masks_to_rles, paste_mask
 
 
 def bilinear_resize(image: np.ndarray, out_h: int, out_w: int) -> np.ndarray:
@@ -127,3 +127,28 @@ def test_memory_stays_bounded_by_the_boxes_not_the_image() -> None:
         tracemalloc.stop()
     assert len(rles) == k
     assert peak < full_float_mask / 4, f"peak {peak} bytes"
+
+
+def test_tall_boxes_paste_in_bands_exactly_as_the_reference() -> None:
+    rng = np.random.default_rng(5)
+    mask = rng.random((28, 28), dtype=np.float32)
+    im_h, im_w = 3 * BAND_ROWS + 40, 50
+    box = np.array([3.3, -20.5, 47.9, im_h + 30.2], dtype=np.float32)  # taller than the image, cut
+    expected = reference_paste(mask, box, im_h, im_w)
+    np.testing.assert_array_equal(to_full(paste_mask(mask, box, im_h, im_w), im_h, im_w), expected)
+
+
+def test_polygons_decode_to_the_pasted_mask_and_fill_holes() -> None:
+    yy, xx = np.mgrid[0:28, 0:28]
+    blob = ((xx - 10) ** 2 + (yy - 12) ** 2 < 40).astype(np.float32)
+    blob[20:25, 3:26] = 1.0  # a second, separate part
+    pasted = paste_mask(blob, np.array([5.2, 7.9, 60.4, 50.1]), 64, 80)
+    polygons = encode_polygons(pasted)
+    assert len(polygons) == 2
+    decoded = mask_utils.decode(mask_utils.merge(mask_utils.frPyObjects(polygons, 64, 80)))
+    np.testing.assert_array_equal(decoded.astype(bool), to_full(pasted, 64, 80))
+    ring = PastedMask(2, 3, np.pad(np.zeros((3, 3), bool), 2, constant_values=True))
+    (outline,) = encode_polygons(ring)
+    filled = mask_utils.decode(mask_utils.merge(mask_utils.frPyObjects([outline], 12, 12)))
+    assert filled.sum() == 7 * 7  # the hole is filled: polygons carry outer outlines only
+    assert encode_polygons(PastedMask(0, 0, np.zeros((0, 0), bool))) == []

@@ -69,3 +69,19 @@ def test_masks_tint_only_their_pixels() -> None:
 def test_boxes_at_or_beyond_the_edges_render(box: list[float]) -> None:
     image = np.zeros((40, 40, 3), np.uint8)
     assert decode(render_detections(image, detections([box], [0]), LABELS, "png")).shape == (40, 40, 3)
+
+
+def test_masks_may_come_from_a_generator_pasted_one_at_a_time() -> None:
+    image = np.zeros((300, 200, 3), np.uint8)
+    detections = Detections(
+        boxes=np.array([[0, 0, 200, 300], [10, 10, 20, 20]], np.float32),
+        scores=np.array([0.9, 0.8], np.float32),
+        classes=np.array([0, 0], np.int32),
+        rows=np.arange(2),
+    )
+    big = PastedMask(0, 0, np.ones((300, 200), bool))  # taller than one blending band
+    drawn = draw_detections(image, detections, [Label(name="a"), Label(name="b")], (m for m in [big, big]))
+    inside = drawn[150, 100].astype(int)
+    colour = np.asarray(color_for(0), np.float32)
+    expected = colour * 0.45 * (1 - 0.45) + colour * 0.45  # blended onto black, then onto itself
+    assert np.abs(inside - expected.astype(int)).max() <= 2  # tinted twice, once per mask

@@ -418,6 +418,23 @@ def test_mask_model_returns_rle_masks_inside_their_boxes(make_client: MakeClient
     assert drawn.status_code == 200 and drawn.headers["content-type"] == "image/png"
 
 
+def test_mask_model_returns_polygons_that_decode_to_its_rle_masks(
+    make_client: MakeClient, multi_repo: Path
+) -> None:
+    client = make_client(multi_repo)
+    rles = post_png(client, 255, model="masks").json()["detections"]
+    polygons = post_png(client, 255, model="masks", mask_format="polygon").json()["detections"]
+    assert len(polygons) == len(rles) > 0
+    for as_rle, as_polygons in zip(rles, polygons, strict=True):
+        assert "mask" not in as_polygons and as_polygons["polygons"]
+        encoded = mask_utils.merge(mask_utils.frPyObjects(as_polygons["polygons"], 64, 64))
+        rle = as_rle["mask"]
+        expected = mask_utils.decode({"size": rle["size"], "counts": rle["counts"].encode()})
+        np.testing.assert_array_equal(mask_utils.decode(encoded), expected)  # hole-free: exact
+    bad = post_png(client, 255, model="masks", mask_format="bitmap")
+    assert bad.status_code == 422 and bad.json()["field"] == "mask_format"
+
+
 def test_fixed_batch_model_serves_short_batches(
     make_client: MakeClient, multi_repo: Path, gated: GatedFactory
 ) -> None:

@@ -44,3 +44,28 @@ def test_wrong_class_and_no_results_score_zero(tiny_coco: Path) -> None:
     assert evaluator.accumulate_and_summarize(verbose=False)["bbox"]["AP"] == pytest.approx(0.0)
     empty = CocoEvaluator(gt)
     assert empty.accumulate_and_summarize(verbose=False)["bbox"]["AP"] == 0.0
+
+
+def test_segmentations_are_scored_as_segm_on_their_own_view(tiny_coco: Path) -> None:
+    """Results with masks add ``segm``; a mask-perfect but box-wrong result scores segm 1 and bbox 0."""
+    gt = _gt(tiny_coco)
+    results = []
+    for a in gt.dataset["annotations"]:
+        rle = gt.annToRLE(a)  # the exact mask; counts as str, as the evaluator's callers write them
+        x, y = a["bbox"][:2]
+        results.append(
+            {
+                "image_id": a["image_id"],
+                "category_id": a["category_id"],
+                "bbox": [x, y, 1.0, 1.0],  # a one-pixel box: box IoU far below 0.5
+                "segmentation": {"size": rle["size"], "counts": rle["counts"].decode("ascii")},
+                "score": 1.0,
+            }
+        )
+    evaluator = CocoEvaluator(gt, iou_types=None)
+    evaluator.update(results, gt.getImgIds())
+    stats = evaluator.accumulate_and_summarize(verbose=False)
+    assert set(stats) == {"bbox", "segm"}
+    assert stats["segm"]["AP"] == pytest.approx(1.0)
+    assert stats["bbox"]["AP"] == pytest.approx(0.0)
+    assert all("segmentation" in r for r in evaluator.results)  # the caller's results are left intact

@@ -18,7 +18,7 @@ centre form (cx, cy, w, h) -- the form the SSD loss wants (as NVIDIA's trainer r
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -190,7 +190,13 @@ class DaliSSDLoader:
         size: int = 300,
         augment: bool = True,
         shuffle: bool = True,
+        pipeline: Callable[..., Any] | None = None,
+        anchors_xyxy: Tensor | None = None,
     ) -> None:
+        """``pipeline`` (default :func:`build_ssd_train_pipeline`) lets another anchor-based detector run
+        its own augmentation through this loader (same signature and outputs, e.g.
+        :func:`training.data.dali_ssd320.build_ssd320_train_pipeline`); ``anchors_xyxy`` ``[A, 4]``
+        (normalized) replaces the SSD300 default boxes in the box encoder."""
         from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
         if not 0 <= shard_id < num_shards:
@@ -199,7 +205,8 @@ class DaliSSDLoader:
         self.batch_size = batch_size
         self.device_id = device_id
         self.epoch = 0
-        self._pipe = build_ssd_train_pipeline(
+        build = pipeline or build_ssd_train_pipeline
+        self._pipe = build(
             images_dir,
             annotation_file,
             batch_size=batch_size,
@@ -212,6 +219,7 @@ class DaliSSDLoader:
             size=size,
             augment=augment,
             shuffle=shuffle,
+            anchors_ltrb=None if anchors_xyxy is None else anchors_xyxy.flatten().tolist(),
         )
         self._pipe.build()
         self._iterator = DALIGenericIterator(

@@ -15,7 +15,7 @@ and ``set_epoch(epoch)`` (call before each epoch). The DALI kind yields tensors 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, Sampler
 
-from training.data.coco import CocoDetection
+from training.data.coco import CocoDetection, Transform
 from training.data.ssd_transforms import SSDEvalTransform, SSDTrainTransform
 from training.models.ssd300.default_boxes import default_boxes_xyxy
 from training.models.ssd300.targets import assign_targets
@@ -94,6 +94,10 @@ class TorchSSDLoader:
 
     Images without usable boxes are skipped (as DALI's ``skip_empty``). With ``world_size > 1`` a
     :class:`DistributedSampler` (``drop_last=True``) gives each rank ``images // world_size`` samples.
+    Other anchor-based detectors reuse it with their own ``transforms`` (same input/output contract as
+    :class:`SSDTrainTransform`) and ``anchors_xyxy`` (``[A, 4]`` normalized; boxes and labels are then
+    ``[N, A, 4]`` and ``[N, A]``), or their own ``collate_fn`` (which then decides what a batch is, e.g.
+    EfficientDet's padded ground truth); the defaults are SSD300's.
     """
 
     def __init__(
@@ -105,9 +109,13 @@ class TorchSSDLoader:
         seed: int,
         rank: int = 0,
         world_size: int = 1,
+        *,
+        transforms: Transform | None = None,
+        anchors_xyxy: Tensor | None = None,
+        collate_fn: Callable[[list[tuple[Tensor, dict[str, Any]]]], Batch] | None = None,
     ) -> None:
         self.dataset = CocoDetection(
-            root, split, transforms=SSDTrainTransform(SSD_SIZE, seed), skip_empty=True
+            root, split, transforms=transforms or SSDTrainTransform(SSD_SIZE, seed), skip_empty=True
         )
         self.seed, self.rank = seed, rank
         # One generator drives the shuffle order (single process) and the workers' base seeds, which
@@ -126,7 +134,8 @@ class TorchSSDLoader:
             batch_size=batch_size,
             sampler=self.sampler,
             num_workers=workers,
-            collate_fn=SSDTrainCollate(default_boxes_xyxy()),
+            collate_fn=collate_fn
+            or SSDTrainCollate(default_boxes_xyxy() if anchors_xyxy is None else anchors_xyxy),
             drop_last=True,
             pin_memory=torch.cuda.is_available(),
             generator=self.generator,
@@ -186,13 +195,15 @@ def build_ssd_train_loader(
     raise ValueError(f"unknown loader kind {kind!r}; expected 'dali' or 'torch'")
 
 
-def build_ssd_eval_loader(root: str | Path, split: str, batch_size: int, workers: int) -> DataLoader[Any]:
-    """Every image of ``split`` in image-id order, resized to 300x300 and normalized.
+def build_ssd_eval_loader(
+    root: str | Path, split: str, batch_size: int, workers: int, size: int = SSD_SIZE
+) -> DataLoader[Any]:
+    """Every image of ``split`` in image-id order, resized to ``size x size`` (300) and normalized.
 
-    Yields ``(images float32 [N, 3, 300, 300], image_ids list[int], orig_sizes list[(height, width)])``;
+    Yields ``(images float32 [N, 3, size, size], image_ids list[int], orig_sizes list[(height, width)])``;
     the dataset (with its pycocotools ``coco`` index and ``label_map``) is ``loader.dataset``.
     """
-    dataset = CocoDetection(root, split, transforms=SSDEvalTransform(SSD_SIZE))
+    dataset = CocoDetection(root, split, transforms=SSDEvalTransform(size))
     return DataLoader(
         dataset,
         batch_size=batch_size,

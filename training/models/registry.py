@@ -7,11 +7,21 @@ from typing import Any
 
 from torch import nn
 
+from training.models.efficientdet import MODEL_NAME as EFFICIENTDET_D0
+from training.models.efficientdet import build_efficientdet_d0
+from training.models.maskrcnn.model import maskrcnn_resnet50_fpn, maskrcnn_resnet50_fpn_v2
 from training.models.ssd300.model import SSD300
+from training.models.ssd320.model import SSD320
 
 Builder = Callable[..., nn.Module]
 
-_BUILDERS: dict[str, Builder] = {"ssd300": SSD300}
+_BUILDERS: dict[str, Builder] = {
+    "ssd300": SSD300,
+    "ssd320": SSD320,
+    EFFICIENTDET_D0: build_efficientdet_d0,
+    "maskrcnn_resnet50_fpn": maskrcnn_resnet50_fpn,
+    "maskrcnn_resnet50_fpn_v2": maskrcnn_resnet50_fpn_v2,
+}
 
 
 def register(name: str, builder: Builder) -> None:

@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 from training.tasks.base import Batch, DetectorTask, Prediction
+from training.tasks.efficientdet import EfficientDetTask
+from training.tasks.maskrcnn import MaskRCNNTask, MaskRCNNV2Task
 from training.tasks.ssd300 import SSD300Task
+from training.tasks.ssd320 import SSD320Task
 
-_TASKS: dict[str, type[DetectorTask]] = {"ssd300": SSD300Task}
+_TASKS: dict[str, type[DetectorTask]] = {
+    "ssd300": SSD300Task,
+    "ssd320": SSD320Task,
+    EfficientDetTask.model_name: EfficientDetTask,
+    MaskRCNNTask.model_name: MaskRCNNTask,
+    MaskRCNNV2Task.model_name: MaskRCNNV2Task,
+}
 
 
 def get_task(model_name: str) -> type[DetectorTask]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sized
-from typing import Any, Protocol, TypedDict
+from typing import Any, NotRequired, Protocol, TypedDict
 
 import torch
 from torch import Tensor, nn
@@ -11,11 +11,13 @@ from torch import Tensor, nn
 
 class Prediction(TypedDict):
     """One image's detections: ``boxes [K, 4]`` xyxy normalized to the network input (0-1),
-    ``scores [K]``, ``labels [K]`` int64 contiguous labels (1..C)."""
+    ``scores [K]``, ``labels [K]`` int64 contiguous labels (1..C); mask models add ``masks [K, M, M]``,
+    low-resolution probabilities in each box's frame (pasted into the image as torchvision does)."""
 
     boxes: Tensor
     scores: Tensor
     labels: Tensor
+    masks: NotRequired[Tensor]
 
 
 Batch = tuple[Any, ...]
