@@ -43,6 +43,7 @@ from exporters.onnx_graph import (
     ensure_node_names,
     extract,
     load_checked,
+    restore_weights_fp32,
     tensor_elem_types,
     with_outputs,
 )
@@ -133,8 +134,9 @@ def convert_to_fp16(
     Raises:
         InvalidModelError: the converted graph fails the checker.
     """
-    source = ModelProto()
-    source.CopyFrom(model)
+    # An artifact exported with float16 weight storage: its weights go back to float32 first (they are
+    # already rounded to float16, so the conversion below stores the same values).
+    source = restore_weights_fp32(model)
     ensure_node_names(source)
     nodes = source.graph.node
     pre, net, post = split_nodes(source, input_name, raw_outputs, scopes)

@@ -154,3 +154,32 @@ def store_weights_fp16(model: ModelProto, min_elements: int = 1024) -> ModelProt
     for node in reversed(casts):  # consumers follow: keep the graph topologically sorted
         graph.node.insert(0, node)
     return stored
+
+
+def restore_weights_fp32(model: ModelProto) -> ModelProto:
+    """Undo :func:`store_weights_fp16`: each float16 weight that a ``Cast`` to float32 reads becomes a
+    float32 initializer under the cast's output name, and the cast goes (exact: every float16 value is a
+    float32 value). Graphs without such casts come back unchanged (as a copy)."""
+    from onnx import TensorProto, numpy_helper
+
+    restored = onnx.ModelProto()
+    restored.CopyFrom(model)
+    graph = restored.graph
+    inits = {init.name: init for init in graph.initializer}
+    folded: list[int] = []
+    for index, node in enumerate(graph.node):
+        source = inits.get(node.input[0]) if node.op_type == "Cast" and node.input else None
+        to = next((a.i for a in node.attribute if a.name == "to"), None)
+        if source is None or source.data_type != TensorProto.FLOAT16 or to != TensorProto.FLOAT:
+            continue
+        graph.initializer.append(
+            numpy_helper.from_array(numpy_helper.to_array(source).astype(np.float32), name=node.output[0])
+        )
+        folded.append(index)
+    for index in reversed(folded):
+        del graph.node[index]
+    still_read = {name for node in graph.node for name in node.input}
+    keep = [i for i in graph.initializer if i.data_type != TensorProto.FLOAT16 or i.name in still_read]
+    del graph.initializer[:]
+    graph.initializer.extend(keep)
+    return restored

@@ -8,8 +8,9 @@ import numpy as np
 import onnx
 from exporters_testkit import ExportedArtifact
 
+from exporters.fp16 import convert_to_fp16, fp16_fraction
 from exporters.onnx_export import OnnxExportRequest, export_onnx
-from exporters.onnx_graph import store_weights_fp16, with_outputs
+from exporters.onnx_graph import restore_weights_fp32, store_weights_fp16, with_outputs
 from exporters.runtime import cpu_session
 from exporters.verify import verify_artifact
 
@@ -44,3 +45,28 @@ def test_export_with_float16_storage_verifies(tiny_checkpoint: Path, tmp_path: P
     report = verify_artifact(out, tiny_checkpoint, write=False)
     assert report["passed"] is True
     assert report["tolerances"]["raw_rel"] == 1e-2
+
+
+def test_restore_weights_fp32_undoes_the_storage_exactly(exported: ExportedArtifact) -> None:
+    model = onnx.load(str(exported.directory / "model.onnx"))
+    stored = store_weights_fp16(model)
+    restored = restore_weights_fp32(stored)
+    assert not any(n.name.endswith("__cast") for n in restored.graph.node)
+    assert all(i.data_type != onnx.TensorProto.FLOAT16 for i in restored.graph.initializer)
+    assert len(restored.graph.node) == len(model.graph.node)
+    onnx.checker.check_model(restored, full_check=True)
+    images = np.random.default_rng(1).integers(0, 256, (1, 300, 300, 3), dtype=np.uint8)
+    names = [o.name for o in model.graph.output]
+    expected = cpu_session(stored).run(names, {"images": images})
+    for a, b in zip(expected, cpu_session(restored).run(names, {"images": images}), strict=True):
+        np.testing.assert_array_equal(a, b)  # the same float32 values, only stored differently
+
+
+def test_fp16_graph_converts_from_a_float16_storage_artifact(exported: ExportedArtifact) -> None:
+    model = store_weights_fp16(onnx.load(str(exported.directory / "model.onnx")))
+    raw = list(exported.manifest.provenance.export_settings["raw_outputs"])
+    fp16 = convert_to_fp16(model, "images", raw)  # the FP16 graph of `trt` / `fp16-eval`
+    assert fp16_fraction(fp16)["conv_fp16"] == fp16_fraction(fp16)["conv_total"] > 0
+    images = np.random.default_rng(2).integers(0, 256, (1, 300, 300, 3), dtype=np.uint8)
+    out = cpu_session(fp16).run(["num_detections"], {"images": images})[0]
+    assert out.shape == (1, 1)

@@ -26,7 +26,7 @@ def test_default_model_is_small_trained_and_verified() -> None:
     # AP of this very artifact on the synthetic val split, measured by `detect-export verify --data`;
     # an untrained SSD300 scores ~0.00 there.
     assert manifest.metrics["source"].startswith("detect-export verify")
-    assert manifest.metrics["coco_ap"] >= 0.1
+    assert manifest.metrics["coco_ap"] >= 0.5
 
 
 def test_served_detections_equal_the_artifacts_onnx_runtime_detections() -> None:
