@@ -10,7 +10,7 @@ Runs, on the same letterboxed images of a COCO-format split:
 and prints COCO AP of each plus how many detections differ between ``effdet_thresholded`` and ``onnx``.
 
     python scripts/compare_effdet_topk.py --artifact models/effdet/1 --checkpoint runs/.../checkpoint.pt \\
-        --data /work/data/synth [--split val] [--max-images 200] [--json report.json]
+        --data data/synth [--split val] [--max-images 200] [--json report.json]
 """
 
 from __future__ import annotations
