@@ -27,13 +27,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from training.data.coco import MIN_BOX_SIDE, resolve_split
+from training.data.coco import resolve_split
+from training.data.dali_ssd import READER_NAME, coco_reader
 from training.data.efficientdet_transforms import EFFICIENTDET_PAD_VALUE, MIN_TRAIN_BOX_SIDE, SCALE_JITTER
 from training.data.ssd_transforms import IMAGENET_MEAN, IMAGENET_STD
 
 __all__ = ["DaliEfficientDetLoader", "build_efficientdet_train_pipeline"]
 
-READER_NAME = "Reader"
 _OUTPUTS = ("images", "boxes", "labels", "image_ids")
 
 
@@ -67,21 +67,9 @@ def build_efficientdet_train_pipeline(
 
     @pipeline_def(batch_size=batch_size, num_threads=num_threads, device_id=device_id, seed=seed)
     def pipeline() -> tuple[Any, ...]:
-        jpegs, boxes, labels, image_ids = fn.readers.coco(
-            name=READER_NAME,
-            file_root=str(images_dir),
-            annotations_file=str(annotation_file),
-            ratio=True,
-            ltrb=True,
-            skip_empty=True,
-            include_iscrowd=False,
-            size_threshold=MIN_BOX_SIDE,
-            image_ids=True,
-            shard_id=shard_id,
-            num_shards=num_shards,
-            random_shuffle=shuffle,
+        jpegs, boxes, labels, image_ids = coco_reader(
+            images_dir, annotation_file, shard_id=shard_id, num_shards=num_shards, shuffle=shuffle
         )
-        boxes = dali_math.clamp(boxes, 0.0, 1.0)
         shape = fn.peek_image_shape(jpegs)  # [H, W, C]
         height = fn.cast(shape[0], dtype=types.FLOAT)
         width = fn.cast(shape[1], dtype=types.FLOAT)

@@ -54,6 +54,38 @@ def dali_available() -> bool:
     return True
 
 
+def coco_reader(
+    images_dir: str | Path,
+    annotation_file: str | Path,
+    *,
+    shard_id: int,
+    num_shards: int,
+    shuffle: bool,
+) -> tuple[Any, Any, Any, Any]:
+    """DALI's COCO reader as every training pipeline here uses it, inside a ``pipeline_def``:
+    ``(jpegs, boxes ltrb 0-1, labels, image_ids)``, crowd and tiny boxes dropped, images without boxes
+    skipped (as :class:`~training.data.coco.CocoDetection`)."""
+    fn: Any = importlib.import_module("nvidia.dali.fn")
+    dali_math: Any = importlib.import_module("nvidia.dali.math")
+    jpegs, boxes, labels, image_ids = fn.readers.coco(
+        name=READER_NAME,
+        file_root=str(images_dir),
+        annotations_file=str(annotation_file),
+        ratio=True,
+        ltrb=True,
+        skip_empty=True,
+        include_iscrowd=False,  # CocoDetection skips crowd boxes too
+        size_threshold=MIN_BOX_SIDE,
+        image_ids=True,
+        shard_id=shard_id,
+        num_shards=num_shards,
+        random_shuffle=shuffle,
+    )
+    # Annotations may stick out of the image (COCO has a few); the box operators assert on [0, 1].
+    # CocoDetection clips the same way.
+    return jpegs, dali_math.clamp(boxes, 0.0, 1.0), labels, image_ids
+
+
 def build_ssd_train_pipeline(
     images_dir: str | Path,
     annotation_file: str | Path,
@@ -80,7 +112,6 @@ def build_ssd_train_pipeline(
     fn: Any = importlib.import_module("nvidia.dali.fn")
     types: Any = importlib.import_module("nvidia.dali.types")
     pipeline_def: Any = importlib.import_module("nvidia.dali").pipeline_def
-    dali_math: Any = importlib.import_module("nvidia.dali.math")
 
     anchors = list(anchors_ltrb) if anchors_ltrb is not None else default_boxes_xyxy().flatten().tolist()
     on_gpu = device_id is not None
@@ -88,23 +119,9 @@ def build_ssd_train_pipeline(
 
     @pipeline_def(batch_size=batch_size, num_threads=num_threads, device_id=device_id, seed=seed)
     def pipeline() -> tuple[Any, ...]:
-        jpegs, boxes, labels, image_ids = fn.readers.coco(
-            name=READER_NAME,
-            file_root=str(images_dir),
-            annotations_file=str(annotation_file),
-            ratio=True,
-            ltrb=True,
-            skip_empty=True,
-            include_iscrowd=False,  # CocoDetection skips crowd boxes too
-            size_threshold=MIN_BOX_SIDE,
-            image_ids=True,
-            shard_id=shard_id,
-            num_shards=num_shards,
-            random_shuffle=shuffle,
+        jpegs, boxes, labels, image_ids = coco_reader(
+            images_dir, annotation_file, shard_id=shard_id, num_shards=num_shards, shuffle=shuffle
         )
-        # Annotations may stick out of the image (COCO has a few); the box operators assert on [0, 1].
-        # CocoDetection clips the same way.
-        boxes = dali_math.clamp(boxes, 0.0, 1.0)
         decoder = "mixed" if on_gpu else "cpu"
         if augment:
             crop_begin, crop_size, boxes, labels = fn.random_bbox_crop(

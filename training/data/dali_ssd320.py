@@ -24,8 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from training.data.coco import MIN_BOX_SIDE
-from training.data.dali_ssd import READER_NAME
+from training.data.dali_ssd import coco_reader
 from training.data.ssd320_transforms import CROP_AREA, CROP_ASPECT, CROP_ATTEMPTS
 from training.data.ssd_transforms import IMAGENET_MEAN, IMAGENET_STD
 from training.models.ssd320.anchors import AnchorConfig, generate_anchors_xyxy
@@ -84,7 +83,6 @@ def build_ssd320_train_pipeline(
     fn: Any = importlib.import_module("nvidia.dali.fn")
     types: Any = importlib.import_module("nvidia.dali.types")
     pipeline_def: Any = importlib.import_module("nvidia.dali").pipeline_def
-    dali_math: Any = importlib.import_module("nvidia.dali.math")
 
     if anchors_ltrb is None:
         anchors_ltrb = generate_anchors_xyxy(AnchorConfig(image_size=size)).flatten().tolist()
@@ -93,21 +91,9 @@ def build_ssd320_train_pipeline(
 
     @pipeline_def(batch_size=batch_size, num_threads=num_threads, device_id=device_id, seed=seed)
     def pipeline() -> tuple[Any, ...]:
-        jpegs, boxes, labels, image_ids = fn.readers.coco(
-            name=READER_NAME,
-            file_root=str(images_dir),
-            annotations_file=str(annotation_file),
-            ratio=True,
-            ltrb=True,
-            skip_empty=True,
-            include_iscrowd=False,
-            size_threshold=MIN_BOX_SIDE,
-            image_ids=True,
-            shard_id=shard_id,
-            num_shards=num_shards,
-            random_shuffle=shuffle,
+        jpegs, boxes, labels, image_ids = coco_reader(
+            images_dir, annotation_file, shard_id=shard_id, num_shards=num_shards, shuffle=shuffle
         )
-        boxes = dali_math.clamp(boxes, 0.0, 1.0)
         decoder = "mixed" if on_gpu else "cpu"
         if augment:
             crop_begin, crop_size, boxes, labels = tf_random_crop(jpegs, boxes, labels)
