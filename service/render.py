@@ -46,6 +46,30 @@ _BLEND_ROWS = 128
 JPEG_QUALITY = 90
 
 
+Rect = tuple[int, int, int, int]  # x1, y1, x2, y2 in pixels
+
+
+def place_caption(
+    box: Rect, size: tuple[int, int], image_size: tuple[int, int], taken: Sequence[Rect]
+) -> tuple[int, int]:
+    """Top-left corner for a ``size`` (w, h) caption of ``box`` inside a ``image_size`` (w, h) image.
+
+    Tries above the box, then inside its top edge, then below it, then further down inside the box,
+    and takes the first spot that stays in the image and covers none of the ``taken`` captions; when
+    every spot is covered (a crowded image) the first one in the image wins.
+    """
+    x1, y1, _, y2 = box
+    w, h = size
+    width, height = image_size
+    left = min(max(x1, 0), max(width - w, 0))
+    tops = [y1 - h, y1, y2, *range(y1 + h, y2 - h + 1, h)]
+    fits = [top for top in tops if top >= 0 and top + h <= height] or [min(max(y1, 0), max(height - h, 0))]
+    for top in fits:
+        if not any(left < tr and top < tb and tl < left + w and tt < top + h for tl, tt, tr, tb in taken):
+            return left, top
+    return left, fits[0]
+
+
 def color_for(class_id: int) -> tuple[int, int, int]:
     return _PALETTE[class_id % len(_PALETTE)]
 
@@ -80,20 +104,27 @@ def draw_detections(
                 region[inside] = (region[inside].astype(np.float32) * (1 - MASK_ALPHA) + tint).astype(
                     np.uint8
                 )
-    for i in range(len(detections)):
+    boxes = [tuple(round(float(v)) for v in detections.boxes[i]) for i in range(len(detections))]
+    for i, (x1, y1, x2, y2) in enumerate(boxes):
+        # Crisp: exactly the class colour.
+        cv2.rectangle(canvas, (x1, y1), (x2, y2), color_for(int(detections.classes[i])), thickness)
+    # Captions after all the boxes, so no box line crosses a caption, and placed in score order
+    # (detections come best first) where they do not cover an earlier caption.
+    taken: list[Rect] = []
+    for i, (x1, y1, x2, y2) in enumerate(boxes):
         class_id = int(detections.classes[i])
-        color = color_for(class_id)
-        x1, y1, x2, y2 = (round(float(v)) for v in detections.boxes[i])
-        cv2.rectangle(canvas, (x1, y1), (x2, y2), color, thickness)  # crisp: exactly the class colour
         caption = f"{labels[class_id].name} {float(detections.scores[i]):.2f}"
         (text_w, text_h), baseline = cv2.getTextSize(caption, cv2.FONT_HERSHEY_SIMPLEX, font_scale, 1)
-        # Caption above the box, or just inside it when the box touches the top edge.
-        top = y1 - text_h - baseline - 2 if y1 - text_h - baseline - 2 >= 0 else y1
-        cv2.rectangle(canvas, (x1, top), (x1 + text_w + 2, top + text_h + baseline + 2), color, cv2.FILLED)
+        left, top = place_caption(
+            (x1, y1, x2, y2), (text_w + 2, text_h + baseline + 2), (width, height), taken
+        )
+        right, bottom = left + text_w + 2, top + text_h + baseline + 2
+        taken.append((left, top, right, bottom))
+        cv2.rectangle(canvas, (left, top), (right, bottom), color_for(class_id), cv2.FILLED)
         cv2.putText(
             canvas,
             caption,
-            (x1 + 1, top + text_h + 1),
+            (left + 1, top + text_h + 1),
             cv2.FONT_HERSHEY_SIMPLEX,
             font_scale,
             (255, 255, 255),

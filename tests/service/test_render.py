@@ -9,7 +9,7 @@ import pytest
 from service.manifest import Label
 from service.masks import PastedMask
 from service.postprocess import Detections
-from service.render import color_for, draw_detections, render_detections
+from service.render import color_for, draw_detections, place_caption, render_detections
 
 LABELS = (Label(name="cat"), Label(name="dog"))
 
@@ -85,3 +85,34 @@ def test_masks_may_come_from_a_generator_pasted_one_at_a_time() -> None:
     colour = np.asarray(color_for(0), np.float32)
     expected = colour * 0.45 * (1 - 0.45) + colour * 0.45  # blended onto black, then onto itself
     assert np.abs(inside - expected.astype(int)).max() <= 2  # tinted twice, once per mask
+
+
+def overlap(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def test_captions_of_boxes_sharing_a_corner_do_not_cover_each_other() -> None:
+    box, size, image = (50, 40, 150, 140), (60, 14), (200, 200)
+    taken: list[tuple[int, int, int, int]] = []
+    for _ in range(3):
+        left, top = place_caption(box, size, image, taken)
+        placed = (left, top, left + size[0], top + size[1])
+        assert not any(overlap(placed, other) for other in taken)
+        assert 0 <= left <= 200 - size[0] and 0 <= top <= 200 - size[1]
+        taken.append(placed)
+    assert taken[0][1] == 40 - 14  # the first (best-scoring) caption keeps the spot above the box
+
+
+@pytest.mark.parametrize("box", [(190, 0, 200, 30), (0, 185, 30, 200), (-10, -10, 300, 300)])
+def test_captions_stay_inside_the_image(box: tuple[int, int, int, int]) -> None:
+    left, top = place_caption(box, (60, 14), (200, 200), [])
+    assert 0 <= left <= 200 - 60 and 0 <= top <= 200 - 14
+
+
+def test_both_captions_of_two_identical_boxes_are_visible() -> None:
+    image = np.full((120, 160, 3), 40, np.uint8)
+    out = decode(render_detections(image, detections([[40, 50, 120, 100]] * 2, [0, 1]), LABELS, "png"))
+    # The second box's outline covers the first's exactly, so class 0's colour shows only if its
+    # caption does; each caption is a filled patch of its class colour.
+    for class_id in (0, 1):
+        assert (out == color_for(class_id)).all(axis=2).sum() > 100
