@@ -49,10 +49,12 @@ def train_one_epoch(
     on_log: Callable[[dict[str, Any]], None],
     show_progress: bool,
     ema: ModelEma | None = None,
+    clip_grad_norm: float | None = None,
 ) -> int:
     """Train until the loader ends or ``max_iters`` is reached; returns the global iteration count.
 
-    With ``ema``, the moving average is updated after every optimizer step.
+    With ``ema``, the moving average is updated after every optimizer step. With ``clip_grad_norm``, the
+    global L2 norm of the (unscaled) gradients is clipped to it before the step.
     """
     model.train()
     iteration = start_iter
@@ -68,6 +70,9 @@ def train_one_epoch(
             raise FloatingPointError(f"loss is {loss.item()} at iteration {iteration}; stopping")
         optimizer.zero_grad(set_to_none=True)
         scaler.scale(loss).backward()
+        if clip_grad_norm is not None:
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip_grad_norm)
         scaler.step(optimizer)
         scaler.update()
         scheduler.step()

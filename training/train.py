@@ -72,6 +72,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument(
         "--ema-decay", type=float, help="EMA of the weights per step (evaluated, checkpointed, exported)"
     )
+    parser.add_argument(
+        "--clip-grad-norm", type=float, help="clip the global gradient L2 norm to this before each step"
+    )
     return parser
 
 
@@ -238,6 +241,7 @@ def _train(cfg: TrainConfig, info: distributed.DistInfo) -> dict[str, Any]:
             on_log=log.write,
             show_progress=info.is_main,
             ema=ema,
+            clip_grad_norm=cfg.clip_grad_norm,
         )
         epoch_time = time.perf_counter() - epoch_start
         images = (iteration - epoch_iter_start) * cfg.batch_size * info.world_size
