@@ -124,8 +124,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # 8 GPUs x 16 images: 300 epochs, SGD momentum 0.9, LR 0.08 per 64 images (base_lr 0.04 per 32 ->
     # 0.16 at 128) with a 1-epoch linear warmup from 10%, cosine decay, weight decay 4e-5 (not on
     # BatchNorm and biases), gradient norm clipped to 10, EMA 0.9998, AMP, DALI, scale jitter 0.1-2.0 +
-    # flip at 512. The backbone
-    # starts from ImageNet weights given with --backbone-weights (timm tf_efficientnet_b0 file).
+    # flip at 512. The backbone starts from ImageNet weights given with --backbone-weights (timm
+    # tf_efficientnet_b0 file).
     "efficientdet-d0-coco": {
         "model": "efficientdet-d0",
         "backbone": "tf_efficientnet_b0",
@@ -149,9 +149,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     # From scratch on the synthetic dataset on a 2-core CPU: the PyTorch-padding D0 variant (cheaper than
     # TF "SAME" padding on the CPU) letterboxed to 256 (anchors follow: 12,276), bf16 autocast, EMA.
-    # From random weights the first steps' gradient norms are 50-170: unclipped, with the recipe's weight
+    # From random weights the first steps' gradient norms are 47-171: unclipped, with the recipe's weight
     # decay of 4e-5, they and the high LR grew the BatchNorm'd conv weights 4x in 30 steps and 13x by step
-    # 1,400, shrinking the effective step until the loss stalled near 0.96 (AP 0.004 after 10 epochs).
+    # 1,375, shrinking the effective step until the loss stalled near 0.96 (AP 0.004 after 10 epochs).
     # Hence the clipping, weight decay 4e-4 and a lower peak LR here.
     "efficientdet-d0-cpu-small": {
         "model": "efficientdet-d0",
