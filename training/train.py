@@ -75,6 +75,13 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument(
         "--clip-grad-norm", type=float, help="clip the global gradient L2 norm to this before each step"
     )
+    parser.add_argument(
+        "--scale-jitter",
+        type=float,
+        nargs=2,
+        metavar=("LOW", "HIGH"),
+        help="efficientdet-d0: random scale range of the train-time resize (default 0.1 2.0)",
+    )
     return parser
 
 
@@ -104,6 +111,14 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         preset_args = PRESETS[args.preset].get("model_args", {}) if args.preset else {}
         overrides["model_args"] = {**preset_args, **args.model_args}
     return make_config(args.preset, **overrides)
+
+
+def _scale_jitter(values: list[float] | None) -> tuple[float, float] | None:
+    if values is None:
+        return None
+    if len(values) != 2 or not 0 < values[0] <= values[1]:
+        raise ValueError(f"scale_jitter must be two numbers 0 < low <= high, got {values}")
+    return float(values[0]), float(values[1])
 
 
 def default_split(root: str, kind: str) -> str:
@@ -175,7 +190,15 @@ def _train(cfg: TrainConfig, info: distributed.DistInfo) -> dict[str, Any]:
     )
     criterion = task.build_criterion().to(device)
     loader = task.train_loader(
-        cfg.pipeline, cfg.data, train_split, cfg.batch_size, cfg.workers, cfg.seed, info.rank, info.world_size
+        cfg.pipeline,
+        cfg.data,
+        train_split,
+        cfg.batch_size,
+        cfg.workers,
+        cfg.seed,
+        info.rank,
+        info.world_size,
+        scale_jitter=_scale_jitter(cfg.scale_jitter),
     )
     iters_per_epoch = len(loader)
     total_iters = cfg.epochs * iters_per_epoch

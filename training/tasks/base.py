@@ -46,10 +46,20 @@ class DetectorTask(Protocol):
         seed: int,
         rank: int,
         world: int,
-    ) -> TrainLoader: ...
+        scale_jitter: tuple[float, float] | None = None,
+    ) -> TrainLoader:
+        """``scale_jitter``: the random scale range of an architecture whose augmentation has one
+        (EfficientDet); None keeps the architecture's default."""
+        ...
 
     def eval_loader(self, root: str, split: str, batch_size: int, workers: int) -> Iterable[Batch]: ...
 
     def loss(self, model: nn.Module, criterion: nn.Module, batch: Batch, device: torch.device) -> Tensor: ...
 
     def predict(self, model: nn.Module, images: Tensor) -> list[Prediction]: ...
+
+
+def reject_scale_jitter(model_name: str, scale_jitter: tuple[float, float] | None) -> None:
+    """For tasks whose augmentation has no scale range: a given one is a configuration error."""
+    if scale_jitter is not None:
+        raise ValueError(f"--scale-jitter applies to efficientdet-d0's augmentation, not to {model_name}")

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from training.data.efficientdet_loaders import build_efficientdet_eval_loader, build_efficientdet_train_loader
+from training.data.efficientdet_transforms import SCALE_JITTER
 from training.tasks.base import Batch, Prediction, TrainLoader
 
 BACKBONE_NAMES = ("tf_efficientnet_b0", "efficientnet_b0", "nvidia_efficientnet_b0")
@@ -61,6 +62,7 @@ class EfficientDetTask:
         seed: int,
         rank: int,
         world: int,
+        scale_jitter: tuple[float, float] | None = None,
     ) -> TrainLoader:
         return cast(
             TrainLoader,
@@ -74,6 +76,7 @@ class EfficientDetTask:
                 seed=seed,
                 rank=rank,
                 world_size=world,
+                scale_range=scale_jitter or SCALE_JITTER,
             ),
         )
 

@@ -24,7 +24,7 @@ from training.models.maskrcnn.model import (
     maskrcnn_resnet50_fpn_v2,
     normalize,
 )
-from training.tasks.base import Batch, Prediction, TrainLoader
+from training.tasks.base import Batch, Prediction, TrainLoader, reject_scale_jitter
 
 DEFAULT_IMAGE_SIZE = 1088
 
@@ -63,7 +63,9 @@ class MaskRCNNTask:
         seed: int,
         rank: int,
         world: int,
+        scale_jitter: tuple[float, float] | None = None,
     ) -> TrainLoader:
+        reject_scale_jitter(self.model_name, scale_jitter)
         if kind != "torch":
             raise ValueError(
                 f"{self.model_name} trains with the plain PyTorch pipeline (--pipeline torch), not {kind!r}: "

@@ -13,7 +13,7 @@ from training.models.ssd300.default_boxes import default_boxes_xywh
 from training.models.ssd300.loss import SSDLoss
 from training.models.ssd300.model import SSD300
 from training.models.ssd300.postprocess import PostprocessConfig, postprocess
-from training.tasks.base import Batch, Prediction, TrainLoader
+from training.tasks.base import Batch, Prediction, TrainLoader, reject_scale_jitter
 
 
 class SSD300Task:
@@ -41,7 +41,9 @@ class SSD300Task:
         seed: int,
         rank: int,
         world: int,
+        scale_jitter: tuple[float, float] | None = None,
     ) -> TrainLoader:
+        reject_scale_jitter(self.model_name, scale_jitter)
         return cast(
             TrainLoader,
             build_ssd_train_loader(

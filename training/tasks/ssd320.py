@@ -20,7 +20,7 @@ from training.models.ssd320.anchors import AnchorConfig, generate_anchors_xywh, 
 from training.models.ssd320.loss import FocalLoss
 from training.models.ssd320.model import SSD320
 from training.models.ssd320.postprocess import PostprocessConfig, postprocess
-from training.tasks.base import Batch, Prediction, TrainLoader
+from training.tasks.base import Batch, Prediction, TrainLoader, reject_scale_jitter
 
 
 class SSD320Task:
@@ -50,7 +50,9 @@ class SSD320Task:
         seed: int,
         rank: int,
         world: int,
+        scale_jitter: tuple[float, float] | None = None,
     ) -> TrainLoader:
+        reject_scale_jitter(self.model_name, scale_jitter)
         if not 0 <= rank < world:
             raise ValueError(f"rank {rank} is outside 0..{world - 1}")
         if kind == "torch":
