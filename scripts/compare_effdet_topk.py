@@ -3,7 +3,7 @@
 Runs, on the same letterboxed images of a COCO-format split:
 
 - ``effdet``: effdet's own ``DetBenchPredict`` post-processing (its ``_post_process`` top 5000 and
-  ``_batch_detection``: class-aware NMS 0.5, 100 kept), no score threshold;
+  ``_batch_detection``: boxes clipped to the input, class-aware NMS 0.5, 100 kept), no score threshold;
 - ``effdet_thresholded``: the same, then the artifact's score threshold (what a served model can return);
 - ``onnx``: the exported artifact in ONNX Runtime (its ``pre_nms_topk``, e.g. 3000, and score threshold);
 
@@ -45,7 +45,10 @@ def effdet_reference(wrapper: EfficientDetWrapper, score_threshold: float):  # t
         k = min(EFFDET_TOPK, wrapper.num_anchors * wrapper.num_classes)
         with torch.no_grad():
             cls, box, idx, classes = post_process_topk(class_outputs, box_outputs, 5, wrapper.num_classes, k)
-            dets = batch_detection(len(images), cls, box, wrapper.anchors_yxyx, idx, classes, None, None)
+            # effdet clips boxes to img_size / img_scale before NMS; the letterboxed input square here
+            n, size = len(images), float(wrapper.image_size)
+            img_scale, img_size = torch.ones(n), torch.full((n, 2), size)
+            dets = batch_detection(n, cls, box, wrapper.anchors_yxyx, idx, classes, img_scale, img_size)
         out = []
         for rows in dets.numpy():
             rows = rows[(rows[:, 5] > 0) & (rows[:, 4] > score_threshold)]

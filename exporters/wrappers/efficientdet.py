@@ -64,7 +64,7 @@ class EfficientDetDecoder(nn.Module):
 
         levels = len(raw) // 2
         logits, codes = flatten_outputs(list(raw[:levels]), list(raw[levels:]), self.num_classes)
-        boxes = decode_effdet_boxes(codes, self.anchors) / float(self.image_size)
+        boxes = decode_effdet_boxes(codes, self.anchors, self.image_size) / float(self.image_size)
         return boxes, logits.sigmoid().transpose(1, 2)  # (B, A, C) -> (B, C, A)
 
 
@@ -133,7 +133,9 @@ class EfficientDetWrapper(ExportWrapper):
             max_detections=settings.max_detections,
             score_threshold=settings.score_threshold,
         )
-        results = detections(list(raw[:levels]), list(raw[levels:]), self.anchors_yxyx, self.num_classes, cfg)
+        results = detections(
+            list(raw[:levels]), list(raw[levels:]), self.anchors_yxyx, self.num_classes, self.image_size, cfg
+        )
         size = float(self.image_size)
         return [
             # contiguous label 1..C -> label index 0..C-1; boxes normalized to the input, as the graph's

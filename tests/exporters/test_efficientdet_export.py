@@ -90,7 +90,7 @@ def test_detections_match_effdets_top5000_postprocessing(effdet_export: Exported
         raw = wrapper.raw_outputs(batch)
         scores = torch.cat([r.permute(0, 2, 3, 1).reshape(len(batch), -1) for r in raw[:5]], 1).sigmoid()
         candidates.extend((scores > manifest.score_threshold).sum(1).tolist())
-        reference = detections(list(raw[:5]), list(raw[5:]), wrapper.anchors_yxyx, 3, effdet)
+        reference = detections(list(raw[:5]), list(raw[5:]), wrapper.anchors_yxyx, 3, 128, effdet)
         graph = Detections.from_contract(run_contract(session, batch))
         for ref, got in zip(reference, graph, strict=True):
             expected = Detections(

@@ -106,7 +106,9 @@ class EfficientDetTask:
         from training.models.efficientdet.postprocess import detections
 
         class_outputs, box_outputs = model(images)
-        results = detections(class_outputs, box_outputs, self.anchors(), self.num_classes, self.post)
+        results = detections(
+            class_outputs, box_outputs, self.anchors(), self.num_classes, self.image_size, self.post
+        )
         size = float(self.image_size)
         return [
             cast(

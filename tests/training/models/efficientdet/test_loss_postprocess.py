@@ -52,16 +52,30 @@ def test_detections_are_effdets_detbenchpredict(model: EfficientDetD0) -> None:
     with torch.no_grad():
         class_outputs, box_outputs = model(images)
     anchors = anchor_boxes(model)
-    ours = detections(class_outputs, box_outputs, anchors, 3, PostprocessConfig())
+    ours = detections(class_outputs, box_outputs, anchors, 3, 128, PostprocessConfig())
     k = min(5000, anchors.shape[0] * 3)
     cls, box, idx, classes = post_process_topk(class_outputs, box_outputs, 5, 3, max_detection_points=k)
-    theirs = batch_detection(2, cls, box, anchors, idx, classes, None, None, max_det_per_image=100)
+    # effdet clips to img_size / img_scale (W, H) before NMS: here the 128 x 128 input itself
+    img_scale, img_size = torch.ones(2), torch.full((2, 2), 128.0)
+    theirs = batch_detection(2, cls, box, anchors, idx, classes, img_scale, img_size, max_det_per_image=100)
     for mine, ref in zip(ours, theirs, strict=True):
         count = int((ref[:, 5] > 0).sum())
         assert count == len(mine["scores"]) == 100
         torch.testing.assert_close(mine["boxes"], ref[:count, :4], atol=1e-4, rtol=1e-5)
         torch.testing.assert_close(mine["scores"], ref[:count, 4])
         assert torch.equal(mine["labels"], ref[:count, 5].long())  # 1..C as effdet's
+
+
+def test_overflowing_size_codes_give_boxes_clipped_to_the_input(model: EfficientDetD0) -> None:
+    """A size code past ~89 overflows exp in float32; the boxes stay finite, inside the input, and NMS
+    (which has no defined result on infinite boxes) sees ordinary boxes."""
+    with torch.no_grad():
+        class_outputs, box_outputs = model(torch.randn(1, 3, 128, 128))
+    box_outputs = [torch.full_like(b, 120.0) for b in box_outputs]
+    (result,) = detections(class_outputs, box_outputs, anchor_boxes(model), 3, 128, PostprocessConfig())
+    assert len(result["boxes"]) > 0
+    assert torch.isfinite(result["boxes"]).all()
+    assert result["boxes"].min() >= 0.0 and result["boxes"].max() <= 128.0
 
 
 def test_task_predictions_are_normalized_with_labels_from_one(model: EfficientDetD0) -> None:
