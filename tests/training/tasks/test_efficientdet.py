@@ -112,3 +112,30 @@ def test_missing_backbone_choice_is_a_clear_cli_error(
     )
     assert code == 2
     assert "efficientdet-d0 needs --backbone" in capsys.readouterr().err
+
+
+def test_scale_jitter_reaches_the_training_transform(tiny_coco: Path) -> None:
+    from training.tasks.efficientdet import EfficientDetTask
+
+    task = EfficientDetTask({"num_classes": 3, "backbone": "efficientnet_b0", "image_size": 128})
+    default = task.train_loader("torch", str(tiny_coco), "train", 2, 0, 0, 0, 1)
+    narrow = task.train_loader("torch", str(tiny_coco), "train", 2, 0, 0, 0, 1, scale_jitter=(0.5, 1.5))
+    assert default.dataset.transforms.scale_range == (0.1, 2.0)  # type: ignore[attr-defined]
+    assert narrow.dataset.transforms.scale_range == (0.5, 1.5)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("model_args", "message"),
+    [
+        (["--preset", "ssd320-cpu-small", "--scale-jitter", "0.5", "1.5"], "applies to efficientdet-d0's"),
+        (["--preset", "efficientdet-d0-cpu-small", "--scale-jitter", "1.5", "0.5"], "0 < low <= high"),
+    ],
+)
+def test_scale_jitter_errors_are_clear(
+    tiny_coco: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], model_args: list[str], message: str
+) -> None:
+    from training import cli
+
+    argv = ["train", *model_args, "--data", str(tiny_coco), "--output", str(tmp_path), "--device", "cpu"]
+    assert cli.main([*argv, "--max-iters", "1", "--workers", "0"]) == 2
+    assert message in capsys.readouterr().err
