@@ -7,10 +7,10 @@ scores descending. With the defaults this equals effdet's ``_batch_detection`` g
 image size (tested); the decoding is ``training.box_ops`` (the same code the exported graph runs), with
 effdet's (ty, tx, th, tw) code order and no scale factors.
 
-Clipping before NMS is what effdet does when it knows the image size, and it is what keeps NMS
-well-defined: a size code past ~89 overflows ``exp`` in float32, and NMS on infinite boxes (NaN IoU) is
-implementation-defined, so PyTorch and ONNX Runtime kept different boxes on the same scores. A trained
-CPU-preset checkpoint produced such codes on 5 of 200 validation images.
+Clipping before NMS is what effdet does when it knows the image size, and it keeps the boxes finite: a
+size code past ~89 overflows ``exp`` in float32 (a badly trained checkpoint produced codes of 119), and
+NMS on infinite boxes (NaN IoU) has no defined result, so PyTorch and ONNX Runtime could keep different
+boxes.
 """
 
 from __future__ import annotations
