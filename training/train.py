@@ -8,7 +8,7 @@ import random
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -113,14 +113,6 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     return make_config(args.preset, **overrides)
 
 
-def _scale_jitter(values: list[float] | None) -> tuple[float, float] | None:
-    if values is None:
-        return None
-    if len(values) != 2 or not 0 < values[0] <= values[1]:
-        raise ValueError(f"scale_jitter must be two numbers 0 < low <= high, got {values}")
-    return float(values[0]), float(values[1])
-
-
 def default_split(root: str, kind: str) -> str:
     """``train2017``/``val2017`` when the dataset is laid out like COCO 2017, else ``train``/``val``."""
     coco_name = f"{kind}2017"
@@ -198,7 +190,8 @@ def _train(cfg: TrainConfig, info: distributed.DistInfo) -> dict[str, Any]:
         cfg.seed,
         info.rank,
         info.world_size,
-        scale_jitter=_scale_jitter(cfg.scale_jitter),
+        # a list from the config; the loader checks it is two numbers 0 < low <= high
+        scale_jitter=None if cfg.scale_jitter is None else cast(tuple[float, float], tuple(cfg.scale_jitter)),
     )
     iters_per_epoch = len(loader)
     total_iters = cfg.epochs * iters_per_epoch

@@ -29,7 +29,12 @@ from torch import Tensor
 
 from training.data.coco import resolve_split
 from training.data.dali_ssd import READER_NAME, coco_reader
-from training.data.efficientdet_transforms import EFFICIENTDET_PAD_VALUE, MIN_TRAIN_BOX_SIDE, SCALE_JITTER
+from training.data.efficientdet_transforms import (
+    EFFICIENTDET_PAD_VALUE,
+    MIN_TRAIN_BOX_SIDE,
+    SCALE_JITTER,
+    check_scale_range,
+)
 from training.data.ssd_transforms import IMAGENET_MEAN, IMAGENET_STD
 
 __all__ = ["DaliEfficientDetLoader", "build_efficientdet_train_pipeline"]
@@ -58,6 +63,7 @@ def build_efficientdet_train_pipeline(
     x2, y2 network pixels; ``labels`` int32 ``[M]`` (1..C; -1 = dropped or padding); ``image_ids`` int32
     ``[1]``.
     """
+    check_scale_range(scale_range)
     # DALI's type stubs model neither multi-output operators nor ``device_id=None``: use it untyped.
     fn: Any = importlib.import_module("nvidia.dali.fn")
     types: Any = importlib.import_module("nvidia.dali.types")

@@ -38,12 +38,19 @@ __all__ = [
     "EfficientDetEvalTransform",
     "EfficientDetTrainTransform",
     "ScaleCrop",
+    "check_scale_range",
     "random_scale_crop",
 ]
 
 SCALE_JITTER = (0.1, 2.0)  # TF EfficientDet / effdet default
 EFFICIENTDET_PAD_VALUE = mean_pad_value(IMAGENET_MEAN)  # (124, 116, 104)
 MIN_TRAIN_BOX_SIDE = 1.0  # network pixels
+
+
+def check_scale_range(scale_range: tuple[float, float]) -> None:
+    """The scale jitter range (``--scale-jitter LOW HIGH``) must be two numbers 0 < low <= high."""
+    if len(scale_range) != 2 or not 0 < scale_range[0] <= scale_range[1]:
+        raise ValueError(f"scale jitter must be two numbers 0 < low <= high, got {tuple(scale_range)}")
 
 
 @dataclass(frozen=True)
@@ -97,8 +104,7 @@ class EfficientDetTrainTransform:
         pad_value: tuple[int, int, int] = EFFICIENTDET_PAD_VALUE,
         seed: int | None = None,
     ) -> None:
-        if not 0 < scale_range[0] <= scale_range[1]:
-            raise ValueError(f"scale_range must be 0 < low <= high, got {scale_range}")
+        check_scale_range(scale_range)
         self.size = size
         self.scale_range = scale_range
         self.pad_value = pad_value
