@@ -222,7 +222,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "box_batch_size_per_image": 64,
         },
         "output": "runs/maskrcnn-cpu-small",
-        "epochs": 16,
+        "epochs": 12,
         "batch_size": 8,
         "base_lr": 0.08,  # peak LR 0.02 at batch 8
         "momentum": 0.9,
