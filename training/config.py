@@ -223,7 +223,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "box_batch_size_per_image": 64,
         },
         "output": "runs/maskrcnn-cpu-small",
-        "epochs": 12,
+        "epochs": 10,
         "batch_size": 8,
         "base_lr": 0.08,  # peak LR 0.02 at batch 8
         "momentum": 0.9,
