@@ -1,9 +1,10 @@
 """Prometheus metrics, one registry per app (so several apps, e.g. in tests, never collide).
 
 Stage histograms carry a ``model`` label: decode, preprocess, queue_wait, inference (per batch),
-postprocess, render, and the end-to-end request time. Batch size is a histogram, so the mean batch size
-is ``rate(detect_batch_size_sum) / rate(detect_batch_size_count)``; why each batch closed is a counter by
-``reason`` (full | delay | deadline | drain).
+postprocess (selecting detections), encode (the JSON result: mask pasting, RLE / polygons) or render (the
+boxed image), each once per image, and the end-to-end request time. Batch size is a histogram, so the mean
+batch size is ``rate(detect_batch_size_sum) / rate(detect_batch_size_count)``; why each batch closed is a
+counter by ``reason`` (full | delay | deadline | drain).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from service.batcher import CLOSE_REASONS
 # Seconds: from sub-millisecond image work to multi-second CPU batches.
 STAGE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 BATCH_SIZE_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128)
-STAGES = ("decode", "preprocess", "queue_wait", "inference", "postprocess", "render")
+STAGES = ("decode", "preprocess", "queue_wait", "inference", "postprocess", "encode", "render")
 
 # Requests whose model is unknown (or not yet resolved) share this label value, which bounds cardinality.
 NO_MODEL = "none"

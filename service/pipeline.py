@@ -117,7 +117,7 @@ def _json_result(model: LoadedModel, outcome: ImageOutcome, mask_format: MaskFor
         height=height,
         detections=to_schema(outcome.detections, model.manifest.labels, rles, polygons),
     )
-    model.metrics.stage("postprocess", time.perf_counter() - started)
+    model.metrics.stage("encode", time.perf_counter() - started)
     return result
 
 

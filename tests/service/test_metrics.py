@@ -54,6 +54,9 @@ def test_stages_batches_and_requests_are_recorded(client: TestClient) -> None:
     for stage in STAGES:
         assert values[(f"detect_{stage}_seconds_count", toy)] >= 1, stage
     assert values[("detect_decode_seconds_count", toy)] == 5  # 1 + 1 + 3 decodable images
+    # once per image: every image is postprocessed, then either encoded as JSON or rendered
+    assert values[("detect_postprocess_seconds_count", toy)] == 5
+    assert values[("detect_encode_seconds_count", toy)] == 4
     assert values[("detect_render_seconds_count", toy)] == 1
     assert values[("detect_request_seconds_count", toy)] == 4  # the unknown-model request has no model label
     assert values[("detect_batch_size_sum", toy)] == 5  # every image went through a batch
