@@ -211,6 +211,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # statistics need ImageNet weights), fewer RPN proposals and sampled RoIs (a few large objects per
     # image), gradient norm clipped (from random weights), bf16 autocast + channels-last (fp32 is half as
     # fast). One thread at batch 4 on a shared machine: R50 at 320 trained at 0.45 img/s, this at 1.2.
+    # Box / mask AP 0.658 / 0.641 after 10 epochs (the README's run: 5 epochs of a 12-epoch cosine, then
+    # resumed to 10 on a re-fitted one).
     "maskrcnn-cpu-small": {
         "model": "maskrcnn_resnet50_fpn",
         "backbone": "resnet18",
