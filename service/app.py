@@ -1,8 +1,9 @@
 """The FastAPI application: `create_app(settings)`.
 
-The repository is scanned when the app is created (a broken one raises `RepositoryError` at once);
-the lifespan then loads, warms up and starts every model in the background, so liveness answers
-immediately and readiness turns true when all models serve. On shutdown the batchers drain.
+The repository is scanned when the app is created (a broken one raises `RepositoryError` at once), and
+so are the API keys (a missing key file raises `ApiKeyError`); the lifespan then loads, warms up and
+starts every model in the background, so liveness answers immediately and readiness turns true when
+all models serve. On shutdown the batchers drain.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from importlib.metadata import PackageNotFoundError, version
 
 from fastapi import FastAPI
 
+from service.admission import Resources
+from service.auth import ApiKeyMiddleware, load_api_keys
 from service.backends import BackendFactory, create_backend
 from service.errors import install_error_handlers
 from service.lifecycle import Lifecycle
-from service.metrics import ServiceMetrics
+from service.metrics import ServiceMetrics, serve_metrics
 from service.middleware import DetectRequestMiddleware
 from service.repository import scan_repository, select_versions
 from service.routes import detect, health, metrics, models
@@ -36,10 +39,12 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     """The service app for ``settings`` (default: from the environment).
 
     ``backend_factory`` turns a repository entry into a backend (default `create_backend`); tests wrap
-    it to observe or pace real backends. Raises `RepositoryError` for a broken model repository.
+    it to observe or pace real backends. Raises `RepositoryError` for a broken model repository and
+    `ApiKeyError` for an unreadable or empty key file.
     """
     settings = settings if settings is not None else Settings()
     entries = select_versions(scan_repository(settings.model_repository), settings.versions)
+    api_keys = load_api_keys(settings)
     service_metrics = ServiceMetrics()
     lifecycle = Lifecycle(service_metrics)
     runtime = ModelRuntime(entries, settings, service_metrics, backend_factory or create_backend)
@@ -47,20 +52,32 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         executor = ThreadPoolExecutor(settings.worker_threads, thread_name_prefix="detect-worker")
-        app.state.executor = executor
+        app.state.resources = Resources.from_settings(settings, executor)
+        metrics_server = (
+            serve_metrics(service_metrics, settings.host, settings.metrics_port)
+            if settings.metrics_port is not None
+            else None
+        )
         runtime.start_loading()
         try:
             yield
         finally:
             lifecycle.begin_drain()
+            lifecycle.close()
             await runtime.stop(settings.drain_timeout_s)
             executor.shutdown(wait=True, cancel_futures=True)
+            if metrics_server is not None:
+                metrics_server.shutdown()
 
+    docs = settings.docs
     app = FastAPI(
         title="detect",
         version=_package_version(),
         description="Object detection over HTTP: dynamic batching, boxed images, Prometheus metrics.",
         lifespan=lifespan,
+        docs_url="/docs" if docs else None,
+        redoc_url="/redoc" if docs else None,
+        openapi_url="/openapi.json" if docs else None,
     )
     app.state.settings = settings
     app.state.metrics = service_metrics
@@ -68,6 +85,11 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     app.state.runtime = runtime
     install_error_handlers(app)
     app.add_middleware(DetectRequestMiddleware, lifecycle=lifecycle, metrics=service_metrics)
-    for module in (detect, models, health, metrics):
+    if api_keys:  # added last, so it runs first: nothing else runs for a request without a key
+        app.add_middleware(ApiKeyMiddleware, keys=api_keys)
+    routers = (
+        (detect, models, health) if settings.metrics_port is not None else (detect, models, health, metrics)
+    )
+    for module in routers:
         app.include_router(module.router)
     return app

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
 from service.errors import BackendError, DeadlineExceeded, QueueFull, ServiceError, ServiceUnavailable
+from service.wait_estimate import BatchTimeModel, expected_finish_s, retry_after_s
 
 logger = logging.getLogger(__name__)
 
@@ -39,8 +40,6 @@ CLOSE_REASONS = ("full", "delay", "deadline", "drain")
 
 # A batch closes this long before its earliest deadline, so that request can still start in time.
 DEFAULT_DEADLINE_MARGIN_S = 0.002
-# Weight of the newest batch duration in the moving average used for Retry-After.
-_EWMA_WEIGHT = 0.2
 
 
 class BatcherMetrics(Protocol):
@@ -118,7 +117,9 @@ class DynamicBatcher(Generic[In, Out]):
         self._running: asyncio.Task[None] | None = None
         self._failure: BaseException | None = None
         self._stopping = False
-        self._batch_seconds: float | None = None  # moving average of batch duration
+        self.batch_times = BatchTimeModel()
+        self._running_size = 0  # images in the batch being computed (0: none)
+        self._running_since = 0.0
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -168,9 +169,45 @@ class DynamicBatcher(Generic[In, Out]):
     # ------------------------------------------------------------------ submit
 
     def retry_after_s(self) -> float:
-        """A guess at when the queue will have room: the batches ahead times the recent batch time."""
-        batches_ahead = math.ceil(self.queue_depth / self.max_batch_size)
-        return max(1.0, batches_ahead * (self._batch_seconds or 0.0))
+        """A guess at when the queue will have room: the time to run what is queued now."""
+        return retry_after_s(self.expected_finish_s(1), 0.0)
+
+    def expected_finish_s(self, images: int) -> float:
+        """Seconds until ``images`` queued now would be done, from the measured batch times (0: unknown)."""
+        return expected_finish_s(
+            self.batch_times,
+            queued=self.queue_depth,
+            images=images,
+            max_batch_size=self.max_batch_size,
+            running_size=self._running_size,
+            running_for_s=time.monotonic() - self._running_since,
+        )
+
+    def admit(self, images: int, deadline: float | None) -> None:
+        """Refuse at once (`QueueFull`, 429 with Retry-After) a request of ``images`` that would overfill
+        the queue, or that the queue as it is would keep from finishing by ``deadline``
+        (`time.monotonic`). A request with nothing ahead of it is always admitted: it starts at once.
+
+        Until a batch has run the wait is unknown and only the queue size limits admission.
+        """
+        if self.queue_depth + images > self.max_queue_size:
+            raise QueueFull(
+                f"model {self.name!r} has {self.queue_depth} images waiting (max_queue_size "
+                f"{self.max_queue_size}); retry later",
+                retry_after_s=self.retry_after_s(),
+            )
+        nothing_ahead = self.queue_depth == 0 and self._running_size == 0
+        if deadline is None or nothing_ahead or not self.batch_times.known:
+            return
+        finish = self.expected_finish_s(images)
+        budget = deadline - time.monotonic()
+        if finish > budget:
+            raise QueueFull(
+                f"model {self.name!r} is overloaded: {self.queue_depth} images are queued ahead and this "
+                f"request would finish in ~{finish:.1f}s, past its deadline ({max(budget, 0.0):.1f}s left); "
+                "retry later",
+                retry_after_s=retry_after_s(finish, budget),
+            )
 
     async def submit(self, item: In, *, deadline: float | None = None) -> Out:
         """Queue ``item`` and wait for its output.
@@ -234,6 +271,7 @@ class DynamicBatcher(Generic[In, Out]):
             self._dispatching = live  # if anything below fails, the loop's death handler fails these
             self._metrics.batch_closed(len(live), reason)
             self._worker_idle = False
+            self._running_size, self._running_since = len(live), time.monotonic()
             self._running = asyncio.get_running_loop().create_task(
                 self._execute(live), name=f"batch-{self.name}"
             )
@@ -337,11 +375,8 @@ class DynamicBatcher(Generic[In, Out]):
         finally:
             elapsed = time.monotonic() - started
             self._metrics.inference(elapsed)
-            self._batch_seconds = (
-                elapsed
-                if self._batch_seconds is None
-                else (1 - _EWMA_WEIGHT) * self._batch_seconds + _EWMA_WEIGHT * elapsed
-            )
+            self.batch_times.observe(len(batch), elapsed)
+            self._running_size = 0
             self._worker_idle = True
             self._changed.set()
 

@@ -26,7 +26,10 @@ import uvicorn
 from pydantic import ValidationError
 
 from service.app import create_app
+from service.auth import ApiKeyError
+from service.http_protocol import protocol_class
 from service.lifecycle import Lifecycle
+from service.memory import limit_heap_growth
 from service.repository import RepositoryError
 from service.settings import Settings
 
@@ -71,6 +74,8 @@ class DrainingServer(uvicorn.Server):
                 self._drain_timeout_s,
                 self._lifecycle.in_flight,
             )
+        self._lifecycle.close()  # uploads still arriving get 503 JSON now rather than a cancellation
+        await asyncio.sleep(0.05)  # let them answer before uvicorn closes the connections
         self.should_exit = True
 
 
@@ -103,9 +108,10 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    limit_heap_growth()
     try:
         app = create_app(settings)
-    except (RepositoryError, ValueError) as exc:
+    except (RepositoryError, ApiKeyError, ValueError) as exc:
         print(f"detect-serve: {exc}", file=sys.stderr)
         return 2
     config = uvicorn.Config(
@@ -115,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         log_level=settings.log_level,
         access_log=settings.access_log,
         lifespan="on",
+        http=protocol_class(settings),
+        timeout_keep_alive=settings.keep_alive_timeout_s,
         # In-flight requests were already drained; this only bounds closing the remaining connections.
         timeout_graceful_shutdown=5,
     )

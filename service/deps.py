@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from concurrent.futures import Executor
 from typing import Annotated
 
 from fastapi import Depends, Query, Request
 
+from service.admission import Resources
 from service.errors import ServiceUnavailable
 from service.lifecycle import Lifecycle
 from service.metrics import ServiceMetrics
@@ -35,17 +35,17 @@ def get_lifecycle(request: Request) -> Lifecycle:
     return lifecycle
 
 
-def get_executor(request: Request) -> Executor:
-    """The worker threads for decode, resize, mask pasting and rendering (created in the lifespan)."""
-    executor: Executor = request.app.state.executor
-    return executor
+def get_resources(request: Request) -> Resources:
+    """Memory budgets and the image-work scheduler (created in the lifespan)."""
+    resources: Resources = request.app.state.resources
+    return resources
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 RuntimeDep = Annotated[ModelRuntime, Depends(get_runtime)]
 MetricsDep = Annotated[ServiceMetrics, Depends(get_metrics)]
 LifecycleDep = Annotated[Lifecycle, Depends(get_lifecycle)]
-ExecutorDep = Annotated[Executor, Depends(get_executor)]
+ResourcesDep = Annotated[Resources, Depends(get_resources)]
 DetectQueryDep = Annotated[DetectQuery, Query()]
 
 

@@ -37,6 +37,12 @@ class BadRequest(ServiceError):
     status_code = 400
 
 
+class Unauthorized(ServiceError):
+    """No or a wrong API key (the response carries ``WWW-Authenticate``)."""
+
+    status_code = 401
+
+
 class ModelNotFound(ServiceError):
     status_code = 404
 
@@ -45,6 +51,12 @@ class NotAcceptable(ServiceError):
     """The client asked for a representation the endpoint cannot produce."""
 
     status_code = 406
+
+
+class RequestTimeout(ServiceError):
+    """The request body stopped arriving (idle timeout) or took too long in all (total timeout)."""
+
+    status_code = 408
 
 
 class PayloadTooLarge(ServiceError):
@@ -84,6 +96,10 @@ class BackendError(ServiceError):
 def error_response(exc: ServiceError) -> JSONResponse:
     """The HTTP response for a domain error (also used by middleware, outside the exception handlers)."""
     headers: dict[str, str] = {}
+    if isinstance(exc, Unauthorized):
+        headers["WWW-Authenticate"] = 'Bearer realm="detect"'
+    if isinstance(exc, RequestTimeout):
+        headers["Connection"] = "close"  # the rest of the body may still be on its way
     if exc.retry_after_s is not None:
         # Retry-After takes whole seconds; round up so clients never retry too early.
         headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))

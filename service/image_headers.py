@@ -22,8 +22,9 @@ class ImageHeaderError(ValueError):
 @dataclass(frozen=True)
 class ImageHeader:
     format: str  # "jpeg" | "png" | "bmp" | "webp"
-    width: int
+    width: int  # as stored (before any EXIF orientation)
     height: int
+    exif: bytes | None = None  # JPEG: the APP1 Exif payload ("Exif\0\0..."), when there is one
 
     @property
     def pixels(self) -> int:
@@ -36,12 +37,13 @@ _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # Start-of-frame markers (baseline, extended, progressive, lossless; Huffman and arithmetic coded).
 _JPEG_SOF = {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
 _JPEG_SOS = 0xDA
+_JPEG_APP1 = 0xE1
 _JPEG_EOI = b"\xff\xd9"
 # Markers without a length field: TEM and the restart markers.
 _JPEG_STANDALONE = {0x01, *range(0xD0, 0xD8)}
 
 
-def read_header(data: bytes) -> ImageHeader:
+def read_header(data: bytes | bytearray) -> ImageHeader:
     """Format, width and height of ``data``. Raises `ImageHeaderError` saying what is wrong."""
     if data.startswith(b"\xff\xd8\xff"):
         return _jpeg(data)
@@ -54,8 +56,9 @@ def read_header(data: bytes) -> ImageHeader:
     raise ImageHeaderError(f"not a supported image (expected {', '.join(SUPPORTED_FORMATS)})")
 
 
-def _jpeg(data: bytes) -> ImageHeader:
+def _jpeg(data: bytes | bytearray) -> ImageHeader:
     size: tuple[int, int] | None = None
+    exif: bytes | None = None
     i = 2
     n = len(data)
     while True:
@@ -82,6 +85,8 @@ def _jpeg(data: bytes) -> ImageHeader:
             size = (width, height)
         elif marker == _JPEG_SOS:
             break
+        elif marker == _JPEG_APP1 and exif is None and data.startswith(b"Exif\0\0", i + 4):
+            exif = bytes(data[i + 4 : i + 2 + length])
         i += 2 + length
     if size is None:
         raise ImageHeaderError("malformed JPEG (no frame header before the image data)")
@@ -92,10 +97,10 @@ def _jpeg(data: bytes) -> ImageHeader:
     width, height = size
     if width == 0 or height == 0:
         raise ImageHeaderError(f"unsupported JPEG with a {width}x{height} frame header")
-    return ImageHeader("jpeg", width, height)
+    return ImageHeader("jpeg", width, height, exif)
 
 
-def _png(data: bytes) -> ImageHeader:
+def _png(data: bytes | bytearray) -> ImageHeader:
     if len(data) < 33 or data[12:16] != b"IHDR":
         raise ImageHeaderError("truncated or malformed PNG (no IHDR chunk)")
     width, height = struct.unpack_from(">II", data, 16)
@@ -106,7 +111,7 @@ def _png(data: bytes) -> ImageHeader:
     return ImageHeader("png", width, height)
 
 
-def _bmp(data: bytes) -> ImageHeader:
+def _bmp(data: bytes | bytearray) -> ImageHeader:
     if len(data) < 26:
         raise ImageHeaderError("truncated BMP header")
     file_size, _, pixel_offset, dib_size = struct.unpack_from("<IIII", data, 2)
@@ -124,7 +129,7 @@ def _bmp(data: bytes) -> ImageHeader:
     return ImageHeader("bmp", width, height)
 
 
-def _webp(data: bytes) -> ImageHeader:
+def _webp(data: bytes | bytearray) -> ImageHeader:
     (riff_size,) = struct.unpack_from("<I", data, 4)
     if riff_size + 8 > len(data):
         raise ImageHeaderError(f"truncated WebP ({len(data)} of {riff_size + 8} bytes)")

@@ -1,14 +1,16 @@
-"""Decode request images and resize them to the network input, remembering how to map boxes back.
+"""Resize decoded images to the network input, remembering how to map boxes back to original pixels.
 
-Images are RGB ``uint8 [H, W, 3]`` throughout. Decoding applies the EXIF orientation (OpenCV's
-``IMREAD_COLOR*`` flags do so by default), so "original image pixels" means the image as a viewer shows
-it. Resizing follows the manifest's ``input.resize``:
+Images are RGB ``uint8 [H, W, 3]`` throughout (`service.decoding` decodes them, EXIF orientation
+applied), so "original image pixels" means the image as a viewer shows it. Resizing follows the
+manifest's ``input.resize``:
 
 - ``stretch``: scale each axis independently to the network size;
 - ``letterbox``: scale by one factor so the image fits, paste it at the top-left corner, and fill the
   rest with ``input.pad_value``.
 
-Both use bilinear interpolation. `BoxTransform` undoes either one.
+Both shrink with area filtering and enlarge bilinearly. `BoxTransform` undoes either one. An image
+decoded at a reduced scale (JPEG DCT scaling) passes its full ``original_size``: the geometry is then
+that of the original, and only the pixels come from the smaller decode.
 """
 
 from __future__ import annotations
@@ -18,45 +20,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
-from service.errors import BadRequest, PayloadTooLarge
-from service.image_headers import ImageHeaderError, read_header
 from service.manifest import InputSpec
-
-# OpenCV >= 4.10 decodes straight to RGB; older versions decode BGR and need a conversion.
-_IMREAD_RGB: int | None = getattr(cv2, "IMREAD_COLOR_RGB", None)
-
-
-def decode_image(data: bytes, *, max_pixels: int, field: str = "image") -> np.ndarray:
-    """Decode ``data`` to RGB uint8 [H, W, 3] with EXIF orientation applied.
-
-    The size is read from the header and checked against ``max_pixels`` before any pixel is decoded.
-    Raises `BadRequest` (empty, not an image, malformed or truncated) or `PayloadTooLarge` (too many
-    pixels), naming ``field`` and what was wrong.
-    """
-    if not data:
-        raise BadRequest(f"{field} is empty (0 bytes)", field=field)
-    try:
-        header = read_header(data)
-    except ImageHeaderError as exc:
-        raise BadRequest(f"{field}: {exc}", field=field) from exc
-    if header.pixels > max_pixels:
-        raise PayloadTooLarge(
-            f"{field}: {header.width}x{header.height} {header.format.upper()} is {header.pixels} pixels; "
-            f"the limit is {max_pixels}",
-            field=field,
-        )
-    buffer = np.frombuffer(data, dtype=np.uint8)
-    if _IMREAD_RGB is not None:
-        image = cv2.imdecode(buffer, _IMREAD_RGB)
-    else:
-        image = cv2.imdecode(buffer, cv2.IMREAD_COLOR)
-        if image is not None:
-            image = cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
-    if image is None:
-        raise BadRequest(
-            f"{field}: {header.format.upper()} data could not be decoded (corrupt or truncated)", field=field
-        )
-    return image
 
 
 @dataclass(frozen=True)
@@ -94,25 +58,37 @@ def interpolation(src_w: int, src_h: int, dst_w: int, dst_h: int) -> int:
     return cv2.INTER_AREA if (src_w > dst_w or src_h > dst_h) else cv2.INTER_LINEAR
 
 
-def stretch_resize(image: np.ndarray, width: int, height: int) -> tuple[np.ndarray, BoxTransform]:
-    """Resize ``image`` to exactly ``width`` x ``height``, ignoring its aspect ratio."""
+def stretch_resize(
+    image: np.ndarray, width: int, height: int, original_size: tuple[int, int] | None = None
+) -> tuple[np.ndarray, BoxTransform]:
+    """Resize ``image`` to exactly ``width`` x ``height``, ignoring its aspect ratio.
+
+    ``original_size`` (width, height): the full image's size when ``image`` is a reduced decode of it.
+    """
     h, w = image.shape[:2]
+    ow, oh = original_size or (w, h)
     resized = (
         image
         if (w, h) == (width, height)
         else cv2.resize(image, (width, height), interpolation=interpolation(w, h, width, height))
     )
-    return resized, BoxTransform(w, h, width, height, width / w, height / h)
+    return resized, BoxTransform(ow, oh, width, height, width / ow, height / oh)
 
 
 def letterbox_resize(
-    image: np.ndarray, width: int, height: int, pad_value: tuple[int, int, int] = (0, 0, 0)
+    image: np.ndarray,
+    width: int,
+    height: int,
+    pad_value: tuple[int, int, int] = (0, 0, 0),
+    original_size: tuple[int, int] | None = None,
 ) -> tuple[np.ndarray, BoxTransform]:
-    """Scale ``image`` to fit ``width`` x ``height`` keeping its aspect; paste it top-left; pad the rest."""
+    """Scale ``image`` to fit ``width`` x ``height`` keeping its aspect; paste it top-left; pad the rest.
+
+    ``original_size`` (width, height): the full image's size when ``image`` is a reduced decode of it.
+    """
     h, w = image.shape[:2]
-    scale = min(width / w, height / h)
-    new_w = min(width, max(1, round(w * scale)))
-    new_h = min(height, max(1, round(h * scale)))
+    ow, oh = original_size or (w, h)
+    new_w, new_h = _fit(ow, oh, width, height)
     canvas = np.empty((height, width, 3), dtype=np.uint8)
     canvas[...] = np.asarray(pad_value, dtype=np.uint8)
     resized = (
@@ -121,11 +97,26 @@ def letterbox_resize(
         else cv2.resize(image, (new_w, new_h), interpolation=interpolation(w, h, new_w, new_h))
     )
     canvas[:new_h, :new_w] = resized
-    return canvas, BoxTransform(w, h, width, height, new_w / w, new_h / h)
+    return canvas, BoxTransform(ow, oh, width, height, new_w / ow, new_h / oh)
 
 
-def resize_for_network(image: np.ndarray, spec: InputSpec) -> tuple[np.ndarray, BoxTransform]:
+def resize_for_network(
+    image: np.ndarray, spec: InputSpec, original_size: tuple[int, int] | None = None
+) -> tuple[np.ndarray, BoxTransform]:
     """Resize an RGB image the way the manifest's input spec says (the graph adapts colour/layout itself)."""
     if spec.resize == "letterbox":
-        return letterbox_resize(image, spec.width, spec.height, spec.pad_value)
-    return stretch_resize(image, spec.width, spec.height)
+        return letterbox_resize(image, spec.width, spec.height, spec.pad_value, original_size)
+    return stretch_resize(image, spec.width, spec.height, original_size)
+
+
+def network_content_size(spec: InputSpec, original_size: tuple[int, int]) -> tuple[int, int]:
+    """(width, height) the image content occupies in the network input (letterbox: the pasted part)."""
+    if spec.resize != "letterbox":
+        return spec.width, spec.height
+    return _fit(*original_size, spec.width, spec.height)
+
+
+def _fit(w: int, h: int, width: int, height: int) -> tuple[int, int]:
+    """The size of a w x h image scaled by one factor to fit width x height (letterbox)."""
+    scale = min(width / w, height / h)
+    return min(width, max(1, round(w * scale))), min(height, max(1, round(h * scale)))

@@ -9,7 +9,9 @@ counter by ``reason`` (full | delay | deadline | drain).
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from service.batcher import CLOSE_REASONS
@@ -113,3 +115,10 @@ class ServiceMetrics:
     def exposition(self) -> tuple[bytes, str]:
         """The text exposition format and its content type."""
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+def serve_metrics(metrics: ServiceMetrics, host: str, port: int) -> WSGIServer:
+    """Serve ``metrics`` on their own port (prometheus-client's server, in a daemon thread); call
+    ``shutdown()`` on the result to stop it."""
+    server, _ = start_http_server(port, addr=host, registry=metrics.registry)
+    return server

@@ -1,4 +1,7 @@
-"""ASGI middleware around the detect endpoints: draining gate, in-flight count, status and latency metrics.
+"""ASGI middleware around the detect endpoints: draining gate, status and latency metrics.
+
+Requests in flight are counted by the route once admitted (`Lifecycle.admitted`), not here: a
+connection still sending its body is not yet work.
 
 Pure ASGI (not BaseHTTPMiddleware) so it adds no task or buffering to the request path.
 """
@@ -17,7 +20,7 @@ DETECT_PATHS = frozenset({"/detect", "/v1/detect"})
 
 
 class DetectRequestMiddleware:
-    """For detect requests: 503 while draining; otherwise count in flight and record status and latency.
+    """For detect requests: 503 while draining; otherwise record status and latency.
 
     The route stores the resolved model name in ``request.state.model`` for the ``model`` label.
     """
@@ -50,9 +53,7 @@ class DetectRequestMiddleware:
                 status = message["status"]
             await send(message)
 
-        self.lifecycle.request_started()
         try:
             await self.app(scope, receive, send_and_record)
         finally:
-            self.lifecycle.request_finished()
             self.metrics.observe_request(state.get("model", NO_MODEL), status, time.monotonic() - started)

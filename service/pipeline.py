@@ -1,8 +1,12 @@
-"""One detect request, stage by stage: decode + resize (worker thread) -> batcher -> postprocess -> output.
+"""One detect request, stage by stage: plan -> decode + resize (worker threads) -> batcher -> output.
 
-Every image of a request is decoded and validated before any of them is queued, so a bad image fails
-the request without spending inference on the good ones. The images are then queued together, so they
-can share a batch. Each stage is timed into the model's metrics.
+Every image's header is read and its cost checked (per-request pixel limit, expected queue wait)
+before any pixel is decoded. Images are then decoded one at a time, each holding its memory in the
+process-wide image budget only while it is needed: for JSON only the network input and the original
+size survive decoding; a boxed image keeps its original until it is drawn. Every image of a request is
+decoded and validated before any of them is queued, so a bad image fails the request without spending
+inference on the good ones, and the images are queued together so they can share a batch. Each stage
+is timed into the model's metrics.
 """
 
 from __future__ import annotations
@@ -10,13 +14,22 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
-from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
 import numpy as np
 
-from service.imaging import BoxTransform, decode_image, resize_for_network
+from service.admission import (
+    DECODE_BYTES_PER_PIXEL,
+    MASK_BYTES_PER_PIXEL,
+    RENDER_BYTES_PER_PIXEL,
+    Hold,
+    Resources,
+    hold,
+)
+from service.decoding import DecodePlan, decode_planned, plan_decode
+from service.errors import PayloadTooLarge
+from service.imaging import BoxTransform, network_content_size, resize_for_network
 from service.manifest import MASK_OUTPUT
 from service.masks import PastedMask, masks_to_polygons, masks_to_rles, paste_mask
 from service.postprocess import Detections, DetectParams, select_detections, to_schema
@@ -29,33 +42,111 @@ T = TypeVar("T")
 MaskFormat = Literal["rle", "polygon"]
 
 
-@dataclass(frozen=True)
+@dataclass
 class ImageOutcome:
-    """One image after inference: the decoded original, how it was resized, and its kept detections."""
+    """One image after inference: its original size (and pixels, when drawing), and its detections."""
 
     upload: ImageUpload
-    image: np.ndarray  # RGB uint8 [H, W, 3], original size
+    width: int  # original size, after EXIF orientation
+    height: int
     transform: BoxTransform
     detections: Detections
     masks: np.ndarray | None  # float32 [N, Mh, Mw] for the kept detections (mask models only)
+    image: np.ndarray | None = None  # RGB uint8 [H, W, 3], kept only to draw the boxed image
+    held: Hold | None = field(default=None, repr=False)  # image memory held for ``image``
+
+    def release(self) -> None:
+        self.image = None
+        if self.held is not None:
+            self.held.release()
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Prepared:
     upload: ImageUpload
-    image: np.ndarray
+    size: tuple[int, int]
     network_input: np.ndarray
     transform: BoxTransform
+    image: np.ndarray | None
+    held: Hold | None
 
 
-def _prepare(model: LoadedModel, upload: ImageUpload, max_pixels: int) -> _Prepared:
+def plan_images(
+    model: LoadedModel, uploads: list[ImageUpload], resources: Resources, keep_original: bool
+) -> list[DecodePlan]:
+    """Read every header and check the request's decoded pixels against ``max_request_pixels``.
+
+    Runs in a worker thread (header parsing is cheap but proportional to the number of segments).
+    """
+    spec = model.manifest.input
+    plans: list[DecodePlan] = []
+    reduce_to = None
+    if resources.reduced_jpeg_decode and not keep_original:
+
+        def reduce_to(size: tuple[int, int]) -> tuple[int, int]:
+            return network_content_size(spec, size)
+
+    for upload in uploads:
+        plans.append(
+            plan_decode(
+                upload.data, max_pixels=resources.max_image_pixels, field=upload.label, reduce_to=reduce_to
+            )
+        )
+    total = sum(p.decoded_pixels for p in plans)
+    if total > resources.max_request_pixels:
+        raise PayloadTooLarge(
+            f"the request's {len(plans)} image(s) decode to {total} pixels; the limit per request is "
+            f"{resources.max_request_pixels} (send fewer or smaller images)",
+            field="images",
+        )
+    return plans
+
+
+def _prepare(model: LoadedModel, upload: ImageUpload, plan: DecodePlan, keep_original: bool) -> _Prepared:
     started = time.perf_counter()
-    image = decode_image(upload.data, max_pixels=max_pixels, field=upload.label)
+    image = decode_planned(upload.data, plan, field=upload.label)
+    upload.release()  # the encoded bytes are no longer needed
     decoded = time.perf_counter()
-    network_input, transform = resize_for_network(image, model.manifest.input)
+    size = plan.original_size if plan.scale_denominator > 1 else (image.shape[1], image.shape[0])
+    network_input, transform = resize_for_network(image, model.manifest.input, size)
     model.metrics.stage("decode", decoded - started)
     model.metrics.stage("preprocess", time.perf_counter() - decoded)
-    return _Prepared(upload, image, network_input, transform)
+    return _Prepared(upload, size, network_input, transform, image if keep_original else None, None)
+
+
+async def _prepare_all(
+    model: LoadedModel,
+    uploads: list[ImageUpload],
+    plans: list[DecodePlan],
+    resources: Resources,
+    keep_original: bool,
+) -> list[_Prepared]:
+    """Decode and resize the images one at a time, each inside its share of the image budget."""
+    per_pixel = RENDER_BYTES_PER_PIXEL if keep_original else DECODE_BYTES_PER_PIXEL
+    prepared: list[_Prepared] = []
+    try:
+        for upload, plan in zip(uploads, plans, strict=True):
+            held = await hold(
+                resources.image_budget, plan.decoded_pixels * per_pixel, resources.budget_wait_s, upload.label
+            )
+            try:
+                item = await resources.scheduler.run(
+                    plan.decoded_pixels, _prepare, model, upload, plan, keep_original
+                )
+            except BaseException:
+                held.release()
+                raise
+            if keep_original:
+                item.held = held
+            else:
+                held.release()
+            prepared.append(item)
+    except BaseException:
+        for item in prepared:
+            if item.held is not None:
+                item.held.release()
+        raise
+    return prepared
 
 
 def _first_error(results: list[T | BaseException]) -> list[T]:
@@ -69,41 +160,45 @@ def _first_error(results: list[T | BaseException]) -> list[T]:
 async def run_detection(
     model: LoadedModel,
     uploads: list[ImageUpload],
+    plans: list[DecodePlan],
     params: DetectParams,
     *,
-    executor: Executor,
-    max_pixels: int,
+    resources: Resources,
+    keep_original: bool,
     deadline: float | None,
 ) -> list[ImageOutcome]:
-    """Detections for each upload, in order.
+    """Detections for each upload, in order (``keep_original``: keep the pixels to draw on).
 
     ``deadline`` is the `time.monotonic` time by which inference must start (None: no limit).
     """
-    loop = asyncio.get_running_loop()
-    prepared = _first_error(
-        await asyncio.gather(
-            *(loop.run_in_executor(executor, _prepare, model, upload, max_pixels) for upload in uploads),
-            return_exceptions=True,
+    prepared = await _prepare_all(model, uploads, plans, resources, keep_original)
+    try:
+        outputs = _first_error(
+            await asyncio.gather(
+                *(model.submit(p.network_input, deadline) for p in prepared), return_exceptions=True
+            )
         )
-    )
-    outputs = _first_error(
-        await asyncio.gather(
-            *(model.submit(p.network_input, deadline) for p in prepared), return_exceptions=True
-        )
-    )
+    except BaseException:
+        for item in prepared:
+            if item.held is not None:
+                item.held.release()
+        raise
     outcomes: list[ImageOutcome] = []
     for item, output in zip(prepared, outputs, strict=True):
         started = time.perf_counter()
         detections = select_detections(output, item.transform, model.manifest, params)
         masks = output[MASK_OUTPUT][detections.rows] if MASK_OUTPUT in output else None
         model.metrics.stage("postprocess", time.perf_counter() - started)
-        outcomes.append(ImageOutcome(item.upload, item.image, item.transform, detections, masks))
+        width, height = item.size
+        outcomes.append(
+            ImageOutcome(item.upload, width, height, item.transform, detections, masks, item.image, item.held)
+        )
     return outcomes
 
 
 def _json_result(model: LoadedModel, outcome: ImageOutcome, mask_format: MaskFormat) -> DetectionResult:
     started = time.perf_counter()
-    height, width = outcome.image.shape[:2]
+    height, width = outcome.height, outcome.width
     rles = polygons = None
     if outcome.masks is not None and mask_format == "polygon":
         polygons = masks_to_polygons(outcome.masks, outcome.detections.boxes, height, width)
@@ -122,19 +217,34 @@ def _json_result(model: LoadedModel, outcome: ImageOutcome, mask_format: MaskFor
 
 
 async def json_results(
-    model: LoadedModel, outcomes: list[ImageOutcome], executor: Executor, mask_format: MaskFormat = "rle"
+    model: LoadedModel, outcomes: list[ImageOutcome], resources: Resources, mask_format: MaskFormat = "rle"
 ) -> list[DetectionResult]:
-    """Response objects; mask pasting and RLE / polygon encoding run in the worker threads."""
-    loop = asyncio.get_running_loop()
-    return list(
-        await asyncio.gather(
-            *(loop.run_in_executor(executor, _json_result, model, o, mask_format) for o in outcomes)
+    """Response objects, one image at a time; mask pasting and RLE / polygon encoding run in the worker
+    threads, holding the pasted masks' memory in the image budget."""
+    results: list[DetectionResult] = []
+    for outcome in outcomes:
+        pixels = outcome.width * outcome.height if outcome.masks is not None and len(outcome.masks) else 0
+        held = (
+            await hold(
+                resources.image_budget,
+                pixels * MASK_BYTES_PER_PIXEL,
+                resources.budget_wait_s,
+                outcome.upload.label,
+            )
+            if pixels
+            else None
         )
-    )
+        try:
+            results.append(await resources.scheduler.run(pixels, _json_result, model, outcome, mask_format))
+        finally:
+            if held is not None:
+                held.release()
+    return results
 
 
 def _render(model: LoadedModel, outcome: ImageOutcome, fmt: ImageFormat) -> bytes:
     started = time.perf_counter()
+    assert outcome.image is not None, "the original is kept for drawing (keep_original=True)"
     height, width = outcome.image.shape[:2]
     pasted: Iterator[PastedMask] | None = None
     if outcome.masks is not None:  # pasted lazily, one at a time, as they are drawn
@@ -148,7 +258,11 @@ def _render(model: LoadedModel, outcome: ImageOutcome, fmt: ImageFormat) -> byte
 
 
 async def boxed_image(
-    model: LoadedModel, outcome: ImageOutcome, fmt: ImageFormat, executor: Executor
+    model: LoadedModel, outcome: ImageOutcome, fmt: ImageFormat, resources: Resources
 ) -> bytes:
-    """The original image with its detections drawn, encoded as ``fmt`` (in a worker thread)."""
-    return await asyncio.get_running_loop().run_in_executor(executor, _render, model, outcome, fmt)
+    """The original image with its detections drawn, encoded as ``fmt`` (in a worker thread); then the
+    original and its memory are released."""
+    try:
+        return await resources.scheduler.run(outcome.width * outcome.height, _render, model, outcome, fmt)
+    finally:
+        outcome.release()

@@ -43,10 +43,17 @@ class Detections:
 def parse_class_filter(spec: str | None, labels: tuple[Label, ...]) -> frozenset[int] | None:
     """``"person, 2,dog"`` -> label indices. Names match case-insensitively; integers are label indices.
 
-    Raises `BadRequest` (field ``classes``) naming the first unknown entry. None / empty -> no filter.
+    Raises `BadRequest` (field ``classes``) naming the first unknown entry, or when ``spec`` names no
+    class at all (``""``, ``",,,"``: a filter that would silently drop everything). None -> no filter.
     """
-    if spec is None or not spec.strip():
+    if spec is None:
         return None
+    if not spec.replace(",", "").strip():
+        raise BadRequest(
+            f"classes: no class given (got {spec!r}); list class names or ids, or leave the parameter out "
+            "to keep every class",
+            field="classes",
+        )
     by_name = {label.name.lower(): index for index, label in enumerate(labels)}
     ids: set[int] = set()
     for token in (t.strip() for t in spec.split(",")):

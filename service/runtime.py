@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 import numpy as np
@@ -70,6 +70,15 @@ class LoadedModel:
         outputs = self.backend.infer(np.stack(images))  # B x (H, W, 3) -> (B, H, W, 3)
         return [{name: value[i] for name, value in outputs.items()} for i in range(len(images))]
 
+    def admit(self, images: int, deadline: float | None) -> None:
+        """Refuse now (429 + Retry-After) ``images`` that could not be done by ``deadline`` behind the
+        queue as it is (see `DynamicBatcher.admit`)."""
+        if self.batcher is None or self.state != "ready":
+            raise ServiceUnavailable(
+                f"model {self.name!r} version {self.version!r} is {self.status()}", retry_after_s=5
+            )
+        self.batcher.admit(images, deadline)
+
     async def submit(self, image: np.ndarray, deadline: float | None) -> dict[str, np.ndarray]:
         """Queue one network-sized image; its outputs (batch dimension removed) once its batch ran."""
         if self.batcher is None or self.state != "ready":
@@ -84,6 +93,10 @@ class LoadedModel:
         spec = self.manifest.input
         for size in sorted({1, self.batching.max_batch_size}):
             self.backend.infer(np.zeros((size, spec.height, spec.width, 3), dtype=np.uint8))
+
+
+def _readiness_of(model: LoadedModel) -> Callable[[], float]:
+    return lambda: 1.0 if model.ready else 0.0
 
 
 class ModelRuntime:
@@ -109,6 +122,10 @@ class ModelRuntime:
                 )
             model = LoadedModel(entry, batching, metrics.for_model(entry.name))
             self.models.setdefault(entry.name, {})[entry.version] = model
+            # Evaluated at every scrape, so a batcher that dies shows at once.
+            metrics.model_ready.labels(model=entry.name, version=entry.version).set_function(
+                _readiness_of(model)
+            )
         if settings.default_model is not None and settings.default_model not in self.models:
             raise ValueError(
                 f"default_model {settings.default_model!r} is not in the repository; "
@@ -205,12 +222,6 @@ class ModelRuntime:
                 field="version",
             )
         return versions[version]
-
-    def refresh_metrics(self) -> None:
-        for model in self.all():
-            self._metrics.model_ready.labels(model=model.name, version=model.version).set(
-                1 if model.ready else 0
-            )
 
     async def stop(self, timeout: float | None) -> None:
         """Stop loading, drain every batcher (queued work runs), then release the backends."""

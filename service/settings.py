@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 BackendChoice = Literal["auto", "cpu", "cuda", "tensorrt-ep", "tensorrt"]
@@ -66,6 +66,38 @@ class Settings(BaseSettings):
     # Decompression-bomb guard: width * height read from the image header before decoding.
     max_image_pixels: int = Field(default=40_000_000, gt=0)
     max_images_per_request: int = Field(default=16, gt=0)
+    # Decoded pixels one request may hold (all its images together; a boxed image counts twice).
+    max_request_pixels: int = Field(default=48_000_000, gt=0)
+
+    # Memory budgets (bytes), process-wide, so peak RSS is bounded by settings (docs/hardening.md):
+    # request bodies being received or held, and decoded images (3 bytes per pixel plus working copies).
+    # A request that does not fit waits up to admission_wait_ms for room, then gets 503 + Retry-After.
+    body_memory_bytes: int = Field(default=96 * 1024 * 1024, gt=0)
+    image_memory_bytes: int = Field(default=320 * 1024 * 1024, gt=0)
+    admission_wait_ms: float = Field(default=2_000.0, ge=0)
+    # Decode large JPEGs at a reduced scale (libjpeg DCT scaling) when only the network input is needed.
+    reduced_jpeg_decode: bool = True
+
+    # Timeouts (seconds). A body that stalls for body_idle_timeout_s, or takes longer than body_timeout_s
+    # in all, gets 408; request headers must arrive within header_timeout_s of the connection opening
+    # (or of the previous response); idle keep-alive connections close after keep_alive_timeout_s.
+    body_idle_timeout_s: float = Field(default=5.0, gt=0)
+    body_timeout_s: float = Field(default=30.0, gt=0)
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    keep_alive_timeout_s: int = Field(default=5, gt=0)
+    # Open connections beyond this get 503 at once (JSON, then the connection closes).
+    max_connections: int = Field(default=256, gt=0)
+
+    # Authentication: API keys accepted as `Authorization: Bearer <key>` or `X-API-Key: <key>`, from a
+    # comma-separated list and/or a file of one key per line ('#' comments). None of either: no auth.
+    # Probes (/health/*) stay open; a missing key file is a startup error (fail closed).
+    api_keys: SecretStr | None = None
+    api_keys_file: Path | None = None
+    # Serve /metrics on this separate port (then not on the API port), e.g. for a NetworkPolicy that
+    # admits only Prometheus there. None: /metrics on the API port, behind the API key when one is set.
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    # /docs, /redoc and /openapi.json; turn off to expose only the API itself.
+    docs: bool = True
 
     # Inference runtime. "auto" uses the GPU (TensorRT EP, else CUDA EP) only when one really exists.
     backend: BackendChoice = "auto"

@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from service.backends import create_backend
-from service.imaging import decode_image, resize_for_network
+from service.decoding import decode_image
+from service.imaging import resize_for_network
 from service.manifest import MANIFEST_FILE, Manifest
 from service.repository import ModelEntry, scan_repository, select_versions
 from service.settings import Settings

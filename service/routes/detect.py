@@ -15,11 +15,13 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Request, Response
 
-from service.deps import DetectQueryDep, ExecutorDep, ModelDep, SettingsDep
+from service.admission import Resources
+from service.deps import DetectQueryDep, LifecycleDep, ModelDep, ResourcesDep, SettingsDep
 from service.errors import BadRequest, NotAcceptable
-from service.pipeline import boxed_image, json_results, run_detection
+from service.pipeline import ImageOutcome, MaskFormat, boxed_image, json_results, plan_images, run_detection
 from service.postprocess import DetectParams, parse_class_filter
 from service.render import MEDIA_TYPES
+from service.runtime import LoadedModel
 from service.schemas import DetectionResult, DetectionResults, ErrorBody
 from service.uploads import cancel_on_disconnect, read_uploads
 
@@ -44,7 +46,11 @@ _REQUEST_BODY: dict[str, Any] = {
                 "schema": {
                     "type": "object",
                     "properties": {
-                        "images": {"type": "array", "items": {"type": "string", "format": "binary"}},
+                        "images": {
+                            "type": "array",
+                            "items": {"type": "string", "format": "binary"},
+                            "minItems": 1,
+                        },
                     },
                     "required": ["images"],
                 }
@@ -67,11 +73,16 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
         code: {"model": ErrorBody, "description": text}
         for code, text in {
             400: "bad image or parameter",
+            401: "missing or invalid API key (when keys are configured)",
             404: "unknown model or version",
-            413: "body or image too large",
+            406: "cannot produce the Accept media type",
+            408: "request body stalled or too slow",
+            413: "body, image or request pixels too large",
             415: "wrong Content-Type",
-            429: "queue full (Retry-After)",
-            503: "loading or draining (Retry-After)",
+            422: "invalid query parameter",
+            429: "overloaded: queue full or the expected wait exceeds the deadline (Retry-After)",
+            500: "inference failed for this request's batch",
+            503: "loading, draining or memory budget full (Retry-After)",
             504: "could not start before the deadline",
         }.items()
     },
@@ -108,7 +119,12 @@ def choose_format(requested: OutputFormat | None, accept: str | None) -> OutputF
 @router.post("/detect", responses=_RESPONSES, openapi_extra=_REQUEST_BODY, response_class=Response)
 @router.post("/v1/detect", responses=_RESPONSES, openapi_extra=_REQUEST_BODY, response_class=Response)
 async def detect(
-    request: Request, query: DetectQueryDep, model: ModelDep, settings: SettingsDep, executor: ExecutorDep
+    request: Request,
+    query: DetectQueryDep,
+    model: ModelDep,
+    settings: SettingsDep,
+    resources: ResourcesDep,
+    lifecycle: LifecycleDep,
 ) -> Response:
     """Detect objects in one or several images."""
     fmt = choose_format(query.format, request.headers.get("accept"))
@@ -116,34 +132,57 @@ async def detect(
         query.score_threshold, query.max_detections, parse_class_filter(query.classes, model.manifest.labels)
     )
     started = getattr(request.state, "started_at", time.monotonic())
-    uploads = await read_uploads(
-        request, max_body_bytes=settings.max_body_bytes, max_images=settings.max_images_per_request
-    )
-    if fmt != "json" and len(uploads) > 1:
-        raise BadRequest(
-            f"format {fmt!r} returns one boxed image; got {len(uploads)} images (send one, or ask for json)",
-            field="format",
-        )
-    outcomes = await cancel_on_disconnect(
-        request,
-        run_detection(
-            model,
-            uploads,
-            params,
-            executor=executor,
-            max_pixels=settings.max_image_pixels,
-            deadline=started + settings.request_timeout_ms / 1000,
-        ),
-    )
+    deadline = started + settings.request_timeout_ms / 1000
+    model.admit(1, deadline)  # overloaded: 429 at once, before the body is read
+    uploads = await read_uploads(request, resources.upload_limits, resources.body_budget, lifecycle.closing)
+    outcomes: list[ImageOutcome] = []
+    try:
+        if fmt != "json" and len(uploads.images) > 1:
+            raise BadRequest(
+                f"format {fmt!r} returns one boxed image; got {len(uploads.images)} images (send one, or "
+                "ask for json)",
+                field="format",
+            )
+        keep_original = fmt != "json"
+        plans = await resources.scheduler.run(0, plan_images, model, uploads.images, resources, keep_original)
+        model.admit(len(plans), deadline)
+        with lifecycle.admitted():
+            outcomes = await cancel_on_disconnect(
+                request,
+                run_detection(
+                    model,
+                    uploads.images,
+                    plans,
+                    params,
+                    resources=resources,
+                    keep_original=keep_original,
+                    deadline=deadline,
+                ),
+            )
+            uploads.release()
+            return await _respond(model, outcomes, fmt, query.mask_format, resources)
+    finally:
+        uploads.release()
+        for outcome in outcomes:
+            outcome.release()
+
+
+async def _respond(
+    model: LoadedModel,
+    outcomes: list[ImageOutcome],
+    fmt: OutputFormat,
+    mask_format: MaskFormat,
+    resources: Resources,
+) -> Response:
     if fmt == "jpeg" or fmt == "png":
-        data = await boxed_image(model, outcomes[0], fmt, executor)
+        data = await boxed_image(model, outcomes[0], fmt, resources)
         headers = {
             "X-Model": model.name,
             "X-Model-Version": model.version,
             "X-Detections": str(len(outcomes[0].detections)),
         }
         return Response(data, media_type=MEDIA_TYPES[fmt], headers=headers)
-    results = await json_results(model, outcomes, executor, query.mask_format)
+    results = await json_results(model, outcomes, resources, mask_format)
     body: DetectionResult | DetectionResults = (
         results[0] if len(results) == 1 else DetectionResults(results=results)
     )

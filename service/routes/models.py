@@ -45,7 +45,9 @@ async def list_models(runtime: RuntimeDep) -> ModelList:
     return ModelList(default_model=runtime.default_model, models=[model_info(m) for m in runtime.all()])
 
 
-@router.get("/{name}", response_model=ModelInfo, responses={404: {"model": ErrorBody}})
+@router.get(
+    "/{name}", response_model=ModelInfo, responses={404: {"model": ErrorBody}, 422: {"model": ErrorBody}}
+)
 async def get_model(name: str, runtime: RuntimeDep, version: str | None = None) -> ModelInfo:
     """One model: its latest loaded version, or ``?version=``."""
     return model_info(runtime.get(name, version))

@@ -6,6 +6,7 @@ routers, `ServiceMetrics`), never restated, so the tests catch drift between dep
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import subprocess
@@ -34,6 +35,15 @@ PLAIN_MANIFESTS = ("tools/model-loader.yaml",)
 # Dockerfile targets that ship (the other stages only build).
 SERVE_TARGETS = ("serve-cpu", "serve-gpu")
 IMAGE_TARGETS = (*SERVE_TARGETS, "train")
+
+# Who may reach the server pods (k8s/base/networkpolicy.yaml): the ingress controller's namespace the
+# API port, Prometheus's namespace the metrics port. An overlay that renames them changes these too.
+INGRESS_NAMESPACE = "ingress-nginx"
+MONITORING_NAMESPACE = "monitoring"
+# The label Kubernetes sets on every namespace, holding its name.
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+# Paths the server answers without an API key (service/settings.py: the probes stay open).
+OPEN_PATH_PREFIX = "/health/"
 
 
 # ------------------------------------------------------------------------------------------ kubernetes
@@ -111,6 +121,32 @@ def container_env_names(objects: list[dict[str, Any]]) -> set[str]:
         for container in spec.get("containers", []) + spec.get("initContainers", []):
             names.update(env["name"] for env in container.get("env", []))
     return names
+
+
+def container_port(container: dict[str, Any], port: int | str) -> int | None:
+    """A port number, or a container port's name, as the number it means (None: no such port)."""
+    if isinstance(port, int):
+        return port
+    numbers = [p["containerPort"] for p in container.get("ports", []) if p.get("name") == port]
+    return numbers[0] if numbers else None
+
+
+def service_port_targets(service: dict[str, Any], container: dict[str, Any]) -> dict[str, int | None]:
+    """{Service port name: the container port number it forwards to}."""
+    return {
+        port["name"]: container_port(container, port.get("targetPort", port["port"]))
+        for port in service["spec"]["ports"]
+    }
+
+
+_QUANTITY_UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+
+
+def quantity_bytes(quantity: str | int) -> int:
+    """A Kubernetes memory quantity ("2Gi", "512M", 1024) in bytes."""
+    match = re.fullmatch(r"([0-9]+)([a-zA-Z]*)", str(quantity))
+    assert match and match.group(2) in _QUANTITY_UNITS, f"unsupported memory quantity {quantity!r}"
+    return int(match.group(1)) * _QUANTITY_UNITS[match.group(2)]
 
 
 # ------------------------------------------------------------------------------------------ Dockerfile

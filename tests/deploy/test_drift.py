@@ -17,10 +17,12 @@ from deploy_testkit import (
     IMAGE_TARGETS,
     K8S,
     KUSTOMIZATIONS,
+    OPEN_PATH_PREFIX,
     ROOT,
     SERVE_TARGETS,
     SERVING_KUSTOMIZATIONS,
     container_env_names,
+    container_port,
     effective_env,
     objects_of,
     one,
@@ -44,6 +46,9 @@ def test_probes_hit_the_real_health_routes(rendered, service_routes, kustomizati
     assert container["readinessProbe"]["httpGet"]["path"] == service_routes.ready
     # The startup probe covers model load and warm-up: only readiness says that they finished.
     assert container["startupProbe"]["httpGet"]["path"] == service_routes.ready
+    # The probes send no API key: their routes must be where the server leaves requests open.
+    for path in (service_routes.live, service_routes.ready):
+        assert path.startswith(OPEN_PATH_PREFIX), f"{path} is not under the open {OPEN_PATH_PREFIX}"
 
 
 @pytest.mark.parametrize("kustomization", SERVING_KUSTOMIZATIONS)
@@ -59,9 +64,14 @@ def test_ports_agree_with_the_settings(rendered, load_settings, kustomization):
     service = one(objects, "Service")
     service_ports = {port["name"]: port for port in service["spec"]["ports"]}
     assert service_ports["http"]["targetPort"] in ("http", settings.port)
+    # Who may reach which port: test_access.py.
     policy = one(objects, "NetworkPolicy")
-    allowed = {port["port"] for rule in policy["spec"]["ingress"] for port in rule["ports"]}
-    assert allowed <= {settings.port, "http"}, f"ingress must be the HTTP port only, not {allowed}"
+    allowed = {
+        container_port(container, p["port"]) for rule in policy["spec"]["ingress"] for p in rule["ports"]
+    }
+    assert allowed == {settings.port, settings.metrics_port}, (
+        f"ingress: the API and metrics ports, not {allowed}"
+    )
 
 
 @pytest.mark.parametrize("kustomization", SERVING_KUSTOMIZATIONS)

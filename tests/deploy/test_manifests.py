@@ -23,6 +23,7 @@ from deploy_testkit import (
     pod_labels,
     pod_spec,
     pvc_claims,
+    quantity_bytes,
     selects,
 )
 
@@ -259,6 +260,17 @@ def test_cpu_overlay_threads_match_the_cpu_limit(rendered):
     objects = rendered["overlays/cpu"]
     limits = pod_spec(one(objects, "Deployment"))["containers"][0]["resources"]["limits"]
     assert int(one(objects, "ConfigMap")["data"]["DETECT_INTRA_OP_THREADS"]) == int(limits["cpu"])
+
+
+@pytest.mark.parametrize("kustomization", SERVING_KUSTOMIZATIONS)
+def test_memory_budgets_fit_the_memory_limit(rendered, load_settings, kustomization):
+    """The request body and decoded image budgets (DETECT_*_MEMORY_BYTES) bound what requests hold; the
+    container's limit must hold them plus the models and the runtime, or the kernel kills the pod."""
+    objects = rendered[kustomization]
+    settings = load_settings(one(objects, "ConfigMap")["data"])
+    limits = pod_spec(one(objects, "Deployment"))["containers"][0]["resources"]["limits"]
+    budgets = settings.body_memory_bytes + settings.image_memory_bytes
+    assert budgets < quantity_bytes(limits["memory"]), f"{budgets} bytes of budgets exceed the limit"
 
 
 def _flag(args: list[str], name: str) -> str:

@@ -118,9 +118,15 @@ def test_letterbox_boxes_map_to_original_pixels(
 
 def test_parse_class_filter_accepts_names_and_ids() -> None:
     assert parse_class_filter(None, LABELS) is None
-    assert parse_class_filter(" ", LABELS) is None
     assert parse_class_filter("cat, 2", LABELS) == frozenset({0, 2})
     assert parse_class_filter("Traffic Light,dog,", LABELS) == frozenset({1, 2})
+
+
+@pytest.mark.parametrize("spec", ["", " ", ",,,", " , ,"])
+def test_parse_class_filter_rejects_a_filter_without_classes(spec: str) -> None:
+    with pytest.raises(BadRequest, match="classes: no class given") as caught:
+        parse_class_filter(spec, LABELS)
+    assert caught.value.field == "classes"
 
 
 @pytest.mark.parametrize(

@@ -282,7 +282,7 @@ def test_too_many_images(make_client: MakeClient, toy_repo: Path) -> None:
     files = [("images", ("a.png", encode(solid_image(1)), "image/png"))] * 3
     response = client.post("/detect", files=files)
     assert response.status_code == 400
-    assert "3 images in one request; the limit is 2" in response.json()["error"]
+    assert "more than 2 images in one request; the limit is 2" in response.json()["error"]
 
 
 def test_body_over_the_byte_limit_is_413(make_client: MakeClient, toy_repo: Path) -> None:

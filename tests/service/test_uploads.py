@@ -23,9 +23,9 @@ def test_parse_multipart_keeps_names_filenames_and_bytes() -> None:
         b"--XyZ--\r\n"
     )
     parts = parse_multipart(body, "multipart/form-data; boundary=XyZ")
-    assert [(p.name, p.filename, bytes(p.data)) for p in parts] == [
-        ("images", "a.jpg", b"\xff\xd8first"),
-        ("images", "b.png", b"second"),
+    assert [(p.label, p.filename, bytes(p.data)) for p in parts] == [
+        ("images[0]", "a.jpg", b"\xff\xd8first"),
+        ("images[1]", "b.png", b"second"),
     ]
 
 
