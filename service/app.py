@@ -68,6 +68,7 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
             executor.shutdown(wait=True, cancel_futures=True)
             if metrics_server is not None:
                 metrics_server.shutdown()
+                metrics_server.server_close()
 
     docs = settings.docs
     app = FastAPI(

@@ -119,6 +119,6 @@ class ServiceMetrics:
 
 def serve_metrics(metrics: ServiceMetrics, host: str, port: int) -> WSGIServer:
     """Serve ``metrics`` on their own port (prometheus-client's server, in a daemon thread); call
-    ``shutdown()`` on the result to stop it."""
+    ``shutdown()`` then ``server_close()`` on the result to stop it."""
     server, _ = start_http_server(port, addr=host, registry=metrics.registry)
     return server

@@ -162,3 +162,62 @@ def test_header_errors_name_the_problem() -> None:
         read_header(b"\x89PNG\r\n\x1a\n" + bytes(30))
     with pytest.raises(ImageHeaderError, match="no frame header"):
         read_header(b"\xff\xd8\xff\xda\x00\x02\xff\xd9")
+
+
+# ------------------------------------------------------------------- strict and reduced-scale JPEG
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_exif_orientation_matches_opencv_pixel_for_pixel(orientation: int) -> None:
+    rng = np.random.default_rng(orientation)
+    jpeg = with_exif_orientation(
+        encode(rng.integers(0, 256, (40, 64, 3), dtype=np.uint8), ".jpg"), orientation
+    )
+    expected = cv2.cvtColor(cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+    np.testing.assert_array_equal(decode_image(jpeg, max_pixels=LIMIT), expected)
+
+
+def test_jpeg_with_fewer_scan_rows_than_its_header_declares_is_rejected() -> None:
+    data = bytearray(encode(quadrants(64, 64), ".jpg"))
+    sof = data.index(b"\xff\xc0")
+    struct.pack_into(">HH", data, sof + 5, 6000, 6000)  # header: 6000x6000; data: a 64x64 scan
+    with pytest.raises(BadRequest, match="truncated JPEG: its data ends before the 6000x6000 pixels"):
+        decode_image(bytes(data), max_pixels=LIMIT, field="images[0]")
+
+
+@pytest.mark.parametrize(
+    ("size", "network", "orientation", "denominator"),
+    [
+        ((4000, 3000), (300, 300), 1, 8),  # 500x375 still covers 300x300
+        ((1200, 900), (300, 300), 1, 2),  # 1/4 would be 300x225: too small
+        ((500, 500), (300, 300), 1, 1),  # under twice the network size: full decode
+        ((3000, 1000), (300, 300), 6, 2),  # stored 3000x1000, shown 1000x3000 after rotation
+    ],
+)
+def test_reduced_jpeg_decode_never_goes_below_the_network_size(
+    size: tuple[int, int], network: tuple[int, int], orientation: int, denominator: int
+) -> None:
+    width, height = size
+    jpeg = with_exif_orientation(encode(np.full((height, width, 3), 77, np.uint8), ".jpg"), orientation)
+    plan = decoding.plan_decode(jpeg, max_pixels=LIMIT, reduce_to=lambda _: network)
+    assert plan.scale_denominator == denominator
+    shown = (height, width) if orientation >= 5 else (width, height)
+    assert plan.original_size == shown
+    image = decoding.decode_planned(jpeg, plan)
+    assert image.shape[1] >= network[0] and image.shape[0] >= network[1]
+    assert image.shape[0] * image.shape[1] == plan.decoded_pixels
+    assert image.shape[:2] == (-(-shown[1] // denominator), -(-shown[0] // denominator))
+
+
+def test_reduced_decode_gives_nearly_the_pixels_of_a_full_decode() -> None:
+    from service.imaging import stretch_resize
+
+    rng = np.random.default_rng(0)
+    image = cv2.GaussianBlur(rng.integers(0, 256, (1200, 1600, 3), dtype=np.uint8), (0, 0), 4)
+    jpeg = encode(image, ".jpg", [cv2.IMWRITE_JPEG_QUALITY, 95])
+    full, _ = stretch_resize(decode_image(jpeg, max_pixels=LIMIT), 300, 300)
+    plan = decoding.plan_decode(jpeg, max_pixels=LIMIT, reduce_to=lambda _: (300, 300))
+    assert plan.scale_denominator == 4
+    reduced, transform = stretch_resize(decoding.decode_planned(jpeg, plan), 300, 300, plan.original_size)
+    assert (transform.original_width, transform.original_height) == (1600, 1200)
+    assert np.abs(full.astype(int) - reduced.astype(int)).mean() < 1.0
