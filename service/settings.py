@@ -66,11 +66,12 @@ class Settings(BaseSettings):
     # Decompression-bomb guard: width * height read from the image header before decoding.
     max_image_pixels: int = Field(default=40_000_000, gt=0)
     max_images_per_request: int = Field(default=16, gt=0)
-    # Decoded pixels one request may hold (all its images together; a boxed image counts twice).
+    # Decoded pixels of all a request's images together (JPEGs decoded at reduced scale count as such).
     max_request_pixels: int = Field(default=48_000_000, gt=0)
 
     # Memory budgets (bytes), process-wide, so peak RSS is bounded by settings (docs/hardening.md):
-    # request bodies being received or held, and decoded images (3 bytes per pixel plus working copies).
+    # request bodies being received or held, and decoded images (4 bytes per decoded pixel; 10 for an
+    # image kept to draw the boxed answer on).
     # A request that does not fit waits up to admission_wait_ms for room, then gets 503 + Retry-After.
     body_memory_bytes: int = Field(default=96 * 1024 * 1024, gt=0)
     image_memory_bytes: int = Field(default=320 * 1024 * 1024, gt=0)
