@@ -160,18 +160,23 @@ def test_connections_waiting_for_bodies_are_not_in_flight_and_the_cap_holds(serv
 
 
 def test_probes_answer_fast_while_a_heavy_request_decodes(server: Server) -> None:
-    big = encode(np.random.default_rng(0).integers(0, 256, (3000, 3000, 3), dtype=np.uint8), ".png")
+    big = encode(np.full((6000, 6000, 3), 90, np.uint8), ".png")  # 36 Mpx: a small upload, a long decode
+    statuses: list[int] = []
     done = threading.Event()
 
     def heavy() -> None:
-        httpx.post(f"{server.url}/detect", content=big, headers={"content-type": "image/png"}, timeout=30)
+        for _ in range(3):
+            response = httpx.post(
+                f"{server.url}/detect", content=big, headers={"content-type": "image/png"}, timeout=60
+            )
+            statuses.append(response.status_code)
         done.set()
 
     worker = threading.Thread(target=heavy)
     worker.start()
     latencies = []
     with httpx.Client(base_url=server.url, timeout=5) as client:
-        while not done.is_set() and len(latencies) < 200:
+        while not done.is_set() and len(latencies) < 300:
             started = time.perf_counter()
             assert client.get("/health/ready").status_code == 200
             latencies.append(time.perf_counter() - started)
@@ -180,10 +185,11 @@ def test_probes_answer_fast_while_a_heavy_request_decodes(server: Server) -> Non
             )
             assert small.status_code == 200
             time.sleep(0.01)
-    worker.join(30)
+    worker.join(60)
+    assert statuses == [200, 200, 200]
     # 100 ms is the goal; the worst sample gets some slack for a CI machine's scheduling hiccups.
     ordered = sorted(latencies)
-    assert len(ordered) >= 5, "the heavy request finished before the probes could be timed"
+    assert len(ordered) >= 10, "the heavy requests finished before the probes could be timed"
     assert ordered[int(0.95 * (len(ordered) - 1))] < 0.1 and ordered[-1] < 0.25, (
         f"probe latencies {ordered[-5:]}"
     )
