@@ -72,6 +72,7 @@ class _Pending(Generic[In, Out]):
     enqueued_at: float  # time.monotonic()
     deadline: float  # time.monotonic() by which inference must start; inf = none
     started: bool = field(default=False)
+    times: dict[str, float] | None = None  # filled with this request's queue_wait and inference seconds
 
 
 class DynamicBatcher(Generic[In, Out]):
@@ -209,10 +210,13 @@ class DynamicBatcher(Generic[In, Out]):
                 retry_after_s=retry_after_s(finish, budget),
             )
 
-    async def submit(self, item: In, *, deadline: float | None = None) -> Out:
+    async def submit(
+        self, item: In, *, deadline: float | None = None, times: dict[str, float] | None = None
+    ) -> Out:
         """Queue ``item`` and wait for its output.
 
         ``deadline`` is a `time.monotonic` time by which inference must start, or None for no limit.
+        ``times``, if given, receives this request's ``queue_wait`` and ``inference`` seconds.
         Raises `QueueFull` (429) when ``max_queue_size`` requests are waiting, `ServiceUnavailable`
         (503) when stopping or dead, `DeadlineExceeded` (504) when the request could not start in time,
         and whatever the batch raised (`BackendError`, 500) when inference failed.
@@ -233,7 +237,7 @@ class DynamicBatcher(Generic[In, Out]):
         loop = asyncio.get_running_loop()
         now = time.monotonic()
         pending: _Pending[In, Out] = _Pending(
-            item, loop.create_future(), now, math.inf if deadline is None else deadline
+            item, loop.create_future(), now, math.inf if deadline is None else deadline, times=times
         )
         self._queue.append(pending)
         self._metrics.queue_depth(self.queue_depth)
@@ -339,6 +343,8 @@ class DynamicBatcher(Generic[In, Out]):
                 continue
             pending.started = True
             self._metrics.queue_wait(now - pending.enqueued_at)
+            if pending.times is not None:
+                pending.times["queue_wait"] = now - pending.enqueued_at
             live.append(pending)
         return live
 
@@ -375,6 +381,9 @@ class DynamicBatcher(Generic[In, Out]):
         finally:
             elapsed = time.monotonic() - started
             self._metrics.inference(elapsed)
+            for pending in batch:
+                if pending.times is not None:
+                    pending.times["inference"] = elapsed
             self.batch_times.observe(len(batch), elapsed)
             self._running_size = 0
             self._worker_idle = True

@@ -82,6 +82,8 @@ class Manifest(_Strict):
     outputs: tuple[str, ...] = OUTPUT_NAMES
     labels: tuple[Label, ...]
     score_threshold: float = Field(ge=0.0, le=1.0)
+    # The threshold responses use when a request gives none (readable boxed images); None: score_threshold.
+    display_score_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
     iou_threshold: float = Field(ge=0.0, le=1.0)
     max_detections: int = Field(gt=0)
     # Largest batch the artifact accepts; ``dynamic_batch`` False means exactly ``max_batch_size`` per call.
@@ -105,6 +107,11 @@ class Manifest(_Strict):
     @property
     def has_masks(self) -> bool:
         return MASK_OUTPUT in self.outputs
+
+    @property
+    def default_threshold(self) -> float:
+        """The score threshold of a request that gives none."""
+        return self.score_threshold if self.display_score_threshold is None else self.display_score_threshold
 
     @classmethod
     def read(cls, version_dir: str | Path) -> Manifest:

@@ -36,6 +36,7 @@ from service.postprocess import Detections, DetectParams, select_detections, to_
 from service.render import ImageFormat, render_detections
 from service.runtime import LoadedModel
 from service.schemas import DetectionResult
+from service.timing import RequestStages
 from service.uploads import ImageUpload
 
 T = TypeVar("T")
@@ -102,15 +103,17 @@ def plan_images(
     return plans
 
 
-def _prepare(model: LoadedModel, upload: ImageUpload, plan: DecodePlan, keep_original: bool) -> _Prepared:
+def _prepare(
+    model: LoadedModel, upload: ImageUpload, plan: DecodePlan, keep_original: bool, stages: RequestStages
+) -> _Prepared:
     started = time.perf_counter()
     image = decode_planned(upload.data, plan, field=upload.label)
     upload.release()  # the encoded bytes are no longer needed
     decoded = time.perf_counter()
     size = plan.original_size if plan.scale_denominator > 1 else (image.shape[1], image.shape[0])
     network_input, transform = resize_for_network(image, model.manifest.input, size)
-    model.metrics.stage("decode", decoded - started)
-    model.metrics.stage("preprocess", time.perf_counter() - decoded)
+    stages.stage("decode", decoded - started)
+    stages.stage("preprocess", time.perf_counter() - decoded)
     return _Prepared(upload, size, network_input, transform, image if keep_original else None, None)
 
 
@@ -120,6 +123,7 @@ async def _prepare_all(
     plans: list[DecodePlan],
     resources: Resources,
     keep_original: bool,
+    stages: RequestStages,
 ) -> list[_Prepared]:
     """Decode and resize the images one at a time, each inside its share of the image budget."""
     per_pixel = RENDER_BYTES_PER_PIXEL if keep_original else DECODE_BYTES_PER_PIXEL
@@ -131,7 +135,7 @@ async def _prepare_all(
             )
             try:
                 item = await resources.scheduler.run(
-                    plan.decoded_pixels, _prepare, model, upload, plan, keep_original
+                    plan.decoded_pixels, _prepare, model, upload, plan, keep_original, stages
                 )
             except BaseException:
                 held.release()
@@ -166,16 +170,19 @@ async def run_detection(
     resources: Resources,
     keep_original: bool,
     deadline: float | None,
+    stages: RequestStages,
 ) -> list[ImageOutcome]:
     """Detections for each upload, in order (``keep_original``: keep the pixels to draw on).
 
     ``deadline`` is the `time.monotonic` time by which inference must start (None: no limit).
     """
-    prepared = await _prepare_all(model, uploads, plans, resources, keep_original)
+    prepared = await _prepare_all(model, uploads, plans, resources, keep_original, stages)
+    times: list[dict[str, float]] = [{} for _ in prepared]
     try:
         outputs = _first_error(
             await asyncio.gather(
-                *(model.submit(p.network_input, deadline) for p in prepared), return_exceptions=True
+                *(model.submit(p.network_input, deadline, t) for p, t in zip(prepared, times, strict=True)),
+                return_exceptions=True,
             )
         )
     except BaseException:
@@ -183,12 +190,15 @@ async def run_detection(
             if item.held is not None:
                 item.held.release()
         raise
+    for image_times in times:
+        for stage, seconds in image_times.items():
+            stages.longest(stage, seconds)
     outcomes: list[ImageOutcome] = []
     for item, output in zip(prepared, outputs, strict=True):
         started = time.perf_counter()
         detections = select_detections(output, item.transform, model.manifest, params)
         masks = output[MASK_OUTPUT][detections.rows] if MASK_OUTPUT in output else None
-        model.metrics.stage("postprocess", time.perf_counter() - started)
+        stages.stage("postprocess", time.perf_counter() - started)
         width, height = item.size
         outcomes.append(
             ImageOutcome(item.upload, width, height, item.transform, detections, masks, item.image, item.held)
@@ -196,7 +206,9 @@ async def run_detection(
     return outcomes
 
 
-def _json_result(model: LoadedModel, outcome: ImageOutcome, mask_format: MaskFormat) -> DetectionResult:
+def _json_result(
+    model: LoadedModel, outcome: ImageOutcome, mask_format: MaskFormat, stages: RequestStages
+) -> DetectionResult:
     started = time.perf_counter()
     height, width = outcome.height, outcome.width
     rles = polygons = None
@@ -212,12 +224,16 @@ def _json_result(model: LoadedModel, outcome: ImageOutcome, mask_format: MaskFor
         height=height,
         detections=to_schema(outcome.detections, model.manifest.labels, rles, polygons),
     )
-    model.metrics.stage("encode", time.perf_counter() - started)
+    stages.stage("encode", time.perf_counter() - started)
     return result
 
 
 async def json_results(
-    model: LoadedModel, outcomes: list[ImageOutcome], resources: Resources, mask_format: MaskFormat = "rle"
+    model: LoadedModel,
+    outcomes: list[ImageOutcome],
+    resources: Resources,
+    mask_format: MaskFormat,
+    stages: RequestStages,
 ) -> list[DetectionResult]:
     """Response objects, one image at a time; mask pasting and RLE / polygon encoding run in the worker
     threads, holding the pasted masks' memory in the image budget."""
@@ -235,14 +251,16 @@ async def json_results(
             else None
         )
         try:
-            results.append(await resources.scheduler.run(pixels, _json_result, model, outcome, mask_format))
+            results.append(
+                await resources.scheduler.run(pixels, _json_result, model, outcome, mask_format, stages)
+            )
         finally:
             if held is not None:
                 held.release()
     return results
 
 
-def _render(model: LoadedModel, outcome: ImageOutcome, fmt: ImageFormat) -> bytes:
+def _render(model: LoadedModel, outcome: ImageOutcome, fmt: ImageFormat, stages: RequestStages) -> bytes:
     started = time.perf_counter()
     assert outcome.image is not None, "the original is kept for drawing (keep_original=True)"
     height, width = outcome.image.shape[:2]
@@ -253,16 +271,18 @@ def _render(model: LoadedModel, outcome: ImageOutcome, fmt: ImageFormat) -> byte
             for mask, box in zip(outcome.masks, outcome.detections.boxes, strict=True)
         )
     data = render_detections(outcome.image, outcome.detections, model.manifest.labels, fmt, pasted)
-    model.metrics.stage("render", time.perf_counter() - started)
+    stages.stage("render", time.perf_counter() - started)
     return data
 
 
 async def boxed_image(
-    model: LoadedModel, outcome: ImageOutcome, fmt: ImageFormat, resources: Resources
+    model: LoadedModel, outcome: ImageOutcome, fmt: ImageFormat, resources: Resources, stages: RequestStages
 ) -> bytes:
     """The original image with its detections drawn, encoded as ``fmt`` (in a worker thread); then the
     original and its memory are released."""
     try:
-        return await resources.scheduler.run(outcome.width * outcome.height, _render, model, outcome, fmt)
+        return await resources.scheduler.run(
+            outcome.width * outcome.height, _render, model, outcome, fmt, stages
+        )
     finally:
         outcome.release()

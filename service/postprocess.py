@@ -41,7 +41,9 @@ class Detections:
 
 
 def parse_class_filter(spec: str | None, labels: tuple[Label, ...]) -> frozenset[int] | None:
-    """``"person, 2,dog"`` -> label indices. Names match case-insensitively; integers are label indices.
+    """``"person, 18,dog"`` -> label indices. Names match case-insensitively. An integer is a category id
+    (a label's ``coco_id``) when every label declares one, else a label index: never both, so an integer
+    has one meaning per model.
 
     Raises `BadRequest` (field ``classes``) naming the first unknown entry, or when ``spec`` names no
     class at all (``""``, ``",,,"``: a filter that would silently drop everything). None -> no filter.
@@ -50,8 +52,8 @@ def parse_class_filter(spec: str | None, labels: tuple[Label, ...]) -> frozenset
         return None
     if not spec.replace(",", "").strip():
         raise BadRequest(
-            f"classes: no class given (got {spec!r}); list class names or ids, or leave the parameter out "
-            "to keep every class",
+            f"classes: no class given (got {spec!r}); list class names or category ids, or leave the "
+            "parameter out to keep every class",
             field="classes",
         )
     by_name = {label.name.lower(): index for index, label in enumerate(labels)}
@@ -60,19 +62,34 @@ def parse_class_filter(spec: str | None, labels: tuple[Label, ...]) -> frozenset
         if not token:
             continue
         if token.lstrip("-").isdigit():
-            index = int(token)
-            if not 0 <= index < len(labels):
-                raise BadRequest(
-                    f"classes: class id {index} is out of range; this model has ids 0..{len(labels) - 1}",
-                    field="classes",
-                )
-            ids.add(index)
+            ids.add(_class_number(int(token), labels))
         elif token.lower() in by_name:
             ids.add(by_name[token.lower()])
         else:
             known = ", ".join(label.name for label in labels[:20]) + (", ..." if len(labels) > 20 else "")
             raise BadRequest(f"classes: unknown class {token!r}; this model knows {known}", field="classes")
     return frozenset(ids)
+
+
+def _class_number(number: int, labels: tuple[Label, ...]) -> int:
+    """The label index an integer in ``classes=`` names (see `parse_class_filter`)."""
+    by_category = {label.coco_id: index for index, label in enumerate(labels)}
+    if None not in by_category:
+        if number in by_category:
+            return by_category[number]
+        known = ", ".join(f"{label.coco_id} ({label.name})" for label in labels[:20])
+        raise BadRequest(
+            f"classes: {number} is not a category id of this model; integers are category ids "
+            f"(coco_id): {known}{', ...' if len(labels) > 20 else ''}; names work too",
+            field="classes",
+        )
+    if not 0 <= number < len(labels):
+        raise BadRequest(
+            f"classes: class id {number} is out of range; this model declares no category ids, so integers "
+            f"are label indices 0..{len(labels) - 1}",
+            field="classes",
+        )
+    return number
 
 
 def select_detections(
@@ -87,7 +104,7 @@ def select_detections(
     count = int(np.clip(np.asarray(outputs["num_detections"]).reshape(-1)[0], 0, k))
     scores = outputs["detection_scores"][:count]
     classes = outputs["detection_classes"][:count]
-    threshold = manifest.score_threshold if params.score_threshold is None else params.score_threshold
+    threshold = manifest.default_threshold if params.score_threshold is None else params.score_threshold
     keep = scores >= threshold
     if params.class_ids is not None:
         keep &= np.isin(classes, list(params.class_ids))
@@ -125,6 +142,7 @@ def to_schema(
         result.append(
             Detection(
                 class_id=class_id,
+                category_id=labels[class_id].coco_id,
                 label=labels[class_id].name,
                 score=round(float(detections.scores[i]), 5),
                 box=Box(x1=x1, y1=y1, x2=x2, y2=y2),

@@ -17,7 +17,8 @@ import numpy as np
 
 from service.backends import Backend, BackendFactory
 from service.batcher import DynamicBatcher
-from service.errors import ModelNotFound, ServiceUnavailable
+from service.default_model import no_default_message, resolve_default_model
+from service.errors import BadRequest, ModelNotFound, ServiceUnavailable
 from service.manifest import Manifest
 from service.metrics import ModelMetrics, ServiceMetrics
 from service.repository import ModelEntry, version_sort_key
@@ -79,13 +80,16 @@ class LoadedModel:
             )
         self.batcher.admit(images, deadline)
 
-    async def submit(self, image: np.ndarray, deadline: float | None) -> dict[str, np.ndarray]:
-        """Queue one network-sized image; its outputs (batch dimension removed) once its batch ran."""
+    async def submit(
+        self, image: np.ndarray, deadline: float | None, times: dict[str, float] | None = None
+    ) -> dict[str, np.ndarray]:
+        """Queue one network-sized image; its outputs (batch dimension removed) once its batch ran.
+        ``times`` receives its queue_wait and inference seconds."""
         if self.batcher is None or self.state != "ready":
             raise ServiceUnavailable(
                 f"model {self.name!r} version {self.version!r} is {self.status()}", retry_after_s=5
             )
-        return await self.batcher.submit(image, deadline=deadline)
+        return await self.batcher.submit(image, deadline=deadline, times=times)
 
     def warmup(self) -> None:
         """Run a batch of 1 and a full batch of black images: first runs allocate memory and pick kernels."""
@@ -126,12 +130,11 @@ class ModelRuntime:
             metrics.model_ready.labels(model=entry.name, version=entry.version).set_function(
                 _readiness_of(model)
             )
-        if settings.default_model is not None and settings.default_model not in self.models:
-            raise ValueError(
-                f"default_model {settings.default_model!r} is not in the repository; "
-                f"it has {sorted(self.models)}"
-            )
-        self.default_model = settings.default_model or (min(self.models) if self.models else None)
+        self.default_model = resolve_default_model(
+            settings.default_model, settings.model_repository, self.models
+        )
+        if self.default_model is None and len(self.models) > 1:
+            logger.warning("no default model declared: requests must name one (%s)", sorted(self.models))
         self._task: asyncio.Task[None] | None = None
         self._loaded = asyncio.Event()
 
@@ -208,7 +211,9 @@ class ModelRuntime:
         Raises `ModelNotFound` naming what exists.
         """
         name = name or self.default_model
-        if name is None or name not in self.models:
+        if name is None:
+            raise BadRequest(no_default_message(self.models), field="model")
+        if name not in self.models:
             raise ModelNotFound(
                 f"unknown model {name!r}; this server has {sorted(self.models)}", field="model"
             )

@@ -17,10 +17,19 @@ class DetectQuery(BaseModel):
     model: str | None = Field(default=None, description="model name; default: the server's default model")
     version: str | None = Field(default=None, description="model version; default: the latest loaded one")
     score_threshold: float | None = Field(
-        default=None, ge=0.0, le=1.0, description="minimum score; default: the model's manifest value"
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="minimum score; default: the model's display_score_threshold (readable results), else "
+        "its score_threshold (both in /v1/models); pass e.g. 0.05 to keep what COCO evaluation keeps",
     )
     max_detections: int | None = Field(default=None, gt=0, description="at most this many per image")
-    classes: str | None = Field(default=None, description="comma-separated class names or ids to keep")
+    classes: str | None = Field(
+        default=None,
+        description="comma-separated classes to keep: names (case-insensitive) or integers. An integer is a "
+        "category id (a label's coco_id, as in `category_id`) when the model declares category ids for "
+        "all its labels, else an index into its labels (`class_id`)",
+    )
     format: Literal["json", "jpeg", "png"] | None = Field(
         default=None,
         description="json, or the image with boxes drawn (one image only); default: from Accept, else json",
@@ -50,6 +59,10 @@ class RLEMask(BaseModel):
 
 class Detection(BaseModel):
     class_id: int = Field(description="index into the model's labels")
+    category_id: int | None = Field(
+        default=None,
+        description="the dataset's category id (the label's coco_id); absent if the model has none",
+    )
     label: str
     score: float
     box: Box
@@ -89,6 +102,7 @@ class ModelInfo(BaseModel):
 
     name: str
     version: str
+    default: bool = Field(description="the model answering requests that name none")
     ready: bool
     architecture: str
     backbone: str | None
@@ -99,6 +113,9 @@ class ModelInfo(BaseModel):
     labels: list[Label]
     has_masks: bool
     score_threshold: float
+    display_score_threshold: float | None = Field(
+        description="the score threshold requests without score_threshold use (null: score_threshold)"
+    )
     iou_threshold: float
     max_detections: int
     artifact_max_batch_size: int
@@ -108,7 +125,10 @@ class ModelInfo(BaseModel):
 
 
 class ModelList(BaseModel):
-    default_model: str | None
+    default_model: str | None = Field(
+        description="answers requests that name no model: DETECT_DEFAULT_MODEL, else the repository's file "
+        "'default', else its only model; null when several are served and none is declared"
+    )
     models: list[ModelInfo]
 
 

@@ -47,7 +47,8 @@ class Settings(BaseSettings):
     model_repository: Path = Path("models")
     # "latest": load the highest version of each model; "all": load every version (each costs memory).
     versions: Literal["latest", "all"] = "latest"
-    # Model used when a request names none; default: the first model name in sorted order.
+    # Model used when a request names none; unset: the repository's file 'default', else its only model
+    # (several and none declared: requests must name one; see service/default_model.py).
     default_model: str | None = None
 
     host: str = "127.0.0.1"

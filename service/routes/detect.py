@@ -23,6 +23,7 @@ from service.postprocess import DetectParams, parse_class_filter
 from service.render import MEDIA_TYPES
 from service.runtime import LoadedModel
 from service.schemas import DetectionResult, DetectionResults, ErrorBody
+from service.timing import RequestStages
 from service.uploads import cancel_on_disconnect, read_uploads
 
 router = APIRouter(tags=["detect"])
@@ -68,6 +69,13 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
         "or the boxed image",
         "model": DetectionResult | DetectionResults,
         "content": {"image/jpeg": {}, "image/png": {}},
+        "headers": {
+            "Server-Timing": {
+                "description": "this request's milliseconds per stage: decode, preprocess, queue_wait, "
+                "inference, postprocess, encode (JSON) or render (image), total",
+                "schema": {"type": "string"},
+            }
+        },
     },
     **{
         code: {"model": ErrorBody, "description": text}
@@ -136,6 +144,7 @@ async def detect(
     model.admit(1, deadline)  # overloaded: 429 at once, before the body is read
     uploads = await read_uploads(request, resources.upload_limits, resources.body_budget, lifecycle.closing)
     outcomes: list[ImageOutcome] = []
+    stages = RequestStages(model.metrics)
     try:
         if fmt != "json" and len(uploads.images) > 1:
             raise BadRequest(
@@ -157,10 +166,13 @@ async def detect(
                     resources=resources,
                     keep_original=keep_original,
                     deadline=deadline,
+                    stages=stages,
                 ),
             )
             uploads.release()
-            return await _respond(model, outcomes, fmt, query.mask_format, resources)
+            response = await _respond(model, outcomes, fmt, query.mask_format, resources, stages)
+            response.headers["Server-Timing"] = stages.server_timing(time.monotonic() - started)
+            return response
     finally:
         uploads.release()
         for outcome in outcomes:
@@ -173,16 +185,17 @@ async def _respond(
     fmt: OutputFormat,
     mask_format: MaskFormat,
     resources: Resources,
+    stages: RequestStages,
 ) -> Response:
     if fmt == "jpeg" or fmt == "png":
-        data = await boxed_image(model, outcomes[0], fmt, resources)
+        data = await boxed_image(model, outcomes[0], fmt, resources, stages)
         headers = {
             "X-Model": model.name,
             "X-Model-Version": model.version,
             "X-Detections": str(len(outcomes[0].detections)),
         }
         return Response(data, media_type=MEDIA_TYPES[fmt], headers=headers)
-    results = await json_results(model, outcomes, resources, mask_format)
+    results = await json_results(model, outcomes, resources, mask_format, stages)
     body: DetectionResult | DetectionResults = (
         results[0] if len(results) == 1 else DetectionResults(results=results)
     )

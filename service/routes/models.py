@@ -11,11 +11,12 @@ from service.schemas import BatchingInfo, ErrorBody, ModelInfo, ModelList
 router = APIRouter(prefix="/v1/models", tags=["models"])
 
 
-def model_info(model: LoadedModel) -> ModelInfo:
+def model_info(model: LoadedModel, default_model: str | None) -> ModelInfo:
     m = model.manifest
     return ModelInfo(
         name=model.name,
         version=model.version,
+        default=model.name == default_model,
         ready=model.ready,
         architecture=m.architecture,
         backbone=m.backbone,
@@ -26,6 +27,7 @@ def model_info(model: LoadedModel) -> ModelInfo:
         labels=list(m.labels),
         has_masks=m.has_masks,
         score_threshold=m.score_threshold,
+        display_score_threshold=m.display_score_threshold,
         iou_threshold=m.iou_threshold,
         max_detections=m.max_detections,
         artifact_max_batch_size=m.max_batch_size,
@@ -42,7 +44,10 @@ def model_info(model: LoadedModel) -> ModelInfo:
 @router.get("", response_model=ModelList)
 async def list_models(runtime: RuntimeDep) -> ModelList:
     """Every loaded model version."""
-    return ModelList(default_model=runtime.default_model, models=[model_info(m) for m in runtime.all()])
+    return ModelList(
+        default_model=runtime.default_model,
+        models=[model_info(m, runtime.default_model) for m in runtime.all()],
+    )
 
 
 @router.get(
@@ -50,4 +55,4 @@ async def list_models(runtime: RuntimeDep) -> ModelList:
 )
 async def get_model(name: str, runtime: RuntimeDep, version: str | None = None) -> ModelInfo:
     """One model: its latest loaded version, or ``?version=``."""
-    return model_info(runtime.get(name, version))
+    return model_info(runtime.get(name, version), runtime.default_model)

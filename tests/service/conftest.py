@@ -37,6 +37,7 @@ def multi_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     add_toy_model(repo, "letterbox", height=48, width=64, resize="letterbox")
     add_toy_model(repo, "masks", mask_size=(8, 8))
     add_toy_model(repo, "fixed", batch=4)
+    (repo / "default").write_text("a-stretch\n")
     return repo
 
 

@@ -11,6 +11,7 @@ from service_testkit import encode, make_settings, start_client
 from exporters.coco_ap import stretch_resize
 from exporters.runtime import cpu_session, run_contract
 from service.app import create_app
+from service.default_model import DefaultModelError, read_default_file, resolve_default_model
 from service.manifest import Manifest
 from training.data.synthetic import render_sample
 
@@ -52,7 +53,7 @@ def test_served_detections_equal_the_artifacts_onnx_runtime_detections() -> None
             resized = stretch_resize(image, manifest.input.height, manifest.input.width)
             out = run_contract(session, resized[None])
             n = int(out["num_detections"][0, 0])
-            keep = out["detection_scores"][0, :n] >= manifest.score_threshold
+            keep = out["detection_scores"][0, :n] >= manifest.default_threshold
             boxes = out["detection_boxes"][0, :n][keep] * np.array([width, height, width, height])
             classes = out["detection_classes"][0, :n][keep]
             scores = out["detection_scores"][0, :n][keep]
@@ -61,6 +62,7 @@ def test_served_detections_equal_the_artifacts_onnx_runtime_detections() -> None
             assert len(detections) == len(scores) > 0
             for det, box, cls, score in zip(detections, boxes, classes, scores, strict=True):
                 assert det["class_id"] == int(cls)
+                assert det["category_id"] == manifest.labels[int(cls)].coco_id
                 assert det["label"] == manifest.labels[int(cls)].name
                 assert det["score"] == pytest.approx(float(score), abs=1e-5)  # served rounded to 5 places
                 got = [det["box"][k] for k in ("x1", "y1", "x2", "y2")]
@@ -70,3 +72,25 @@ def test_served_detections_equal_the_artifacts_onnx_runtime_detections() -> None
         assert compared >= 3
     finally:
         client.__exit__(None, None, None)
+
+
+def test_the_repository_declares_its_default_model() -> None:
+    assert read_default_file(REPOSITORY) == "ssd300-synth"
+    # Another model exported next to it changes nothing.
+    assert resolve_default_model(None, REPOSITORY, {"ssd300-synth", "a-newer-model"}) == "ssd300-synth"
+
+
+def test_default_model_resolution_order(tmp_path: Path) -> None:
+    assert resolve_default_model(None, tmp_path, {"only"}) == "only"
+    assert resolve_default_model(None, tmp_path, {"a", "b"}) is None  # several, none declared: no guess
+    (tmp_path / "default").write_text("# the model plain requests get\nb\n\n")
+    assert resolve_default_model(None, tmp_path, {"a", "b"}) == "b"
+    assert resolve_default_model("a", tmp_path, {"a", "b"}) == "a"  # the setting wins over the file
+    with pytest.raises(DefaultModelError, match=r"default model 'c' \(from DETECT_DEFAULT_MODEL\) is not in"):
+        resolve_default_model("c", tmp_path, {"a", "b"})
+    (tmp_path / "default").write_text("gone\n")
+    with pytest.raises(DefaultModelError, match=r"'gone' \(from .*default\) is not in the repository"):
+        resolve_default_model(None, tmp_path, {"a", "b"})
+    (tmp_path / "default").write_text("a\nb\n")
+    with pytest.raises(DefaultModelError, match="expected one line with a model name, found 2"):
+        read_default_file(tmp_path)

@@ -142,6 +142,40 @@ def test_parse_class_filter_names_the_bad_entry(spec: str, message: str) -> None
     assert excinfo.value.field == "classes"
 
 
+COCO_LABELS = (
+    Label(name="circle", coco_id=2),
+    Label(name="square", coco_id=5),
+    Label(name="cross", coco_id=42),
+)
+
+
+def test_parse_class_filter_reads_integers_as_category_ids_when_every_label_has_one() -> None:
+    assert parse_class_filter("42, 2", COCO_LABELS) == frozenset({2, 0})
+    assert parse_class_filter("Square,42", COCO_LABELS) == frozenset({1, 2})
+    with pytest.raises(
+        BadRequest, match=r"1 is not a category id of this model; .* 2 \(circle\), 5 \(square\)"
+    ):
+        parse_class_filter("1", COCO_LABELS)  # an index would be ambiguous: it is refused, not guessed
+    mixed = (Label(name="a", coco_id=7), Label(name="b"))
+    assert parse_class_filter("1", mixed) == frozenset({1})  # not every label has one: integers are indices
+
+
+def test_display_threshold_is_the_default_and_a_request_overrides_it() -> None:
+    _, transform = stretch_resize(np.zeros((30, 30, 3), np.uint8), 64, 64)
+    out = outputs([[0.1, 0.2, 0.3, 0.4]] * 3, [0.9, 0.5, 0.2], [0, 1, 2], num=3)
+    readable = manifest(score_threshold=0.1).model_copy(update={"display_score_threshold": 0.6})
+    assert len(select_detections(out, transform, readable, DetectParams())) == 1
+    assert len(select_detections(out, transform, readable, DetectParams(score_threshold=0.05))) == 3
+    assert len(select_detections(out, transform, manifest(score_threshold=0.1), DetectParams())) == 3
+
+
+def test_to_schema_carries_the_category_id() -> None:
+    _, transform = stretch_resize(np.zeros((30, 30, 3), np.uint8), 64, 64)
+    out = outputs([[0.1, 0.2, 0.3, 0.4]], [0.9], [2], num=1)
+    (detection,) = to_schema(select_detections(out, transform, manifest(), DetectParams()), COCO_LABELS)
+    assert (detection.class_id, detection.category_id, detection.label) == (2, 42, "cross")
+
+
 def test_to_schema_uses_label_names_and_rounds() -> None:
     _, transform = stretch_resize(np.zeros((30, 30, 3), np.uint8), 64, 64)
     out = outputs([[0.1, 0.2, 0.3, 0.4]], [0.876543], [2], num=1)

@@ -16,7 +16,15 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from pycocotools import mask as mask_utils
-from service_testkit import TOY_BOXES, GatedFactory, encode, solid_image, wait_until, with_exif_orientation
+from service_testkit import (
+    TOY_BOXES,
+    GatedFactory,
+    add_toy_model,
+    encode,
+    solid_image,
+    wait_until,
+    with_exif_orientation,
+)
 
 from service.runtime import ModelRuntime
 
@@ -83,8 +91,10 @@ def test_octet_stream_body_and_exif_rotation(client: TestClient) -> None:
 
 
 def test_query_filters(client: TestClient) -> None:
-    body = post_png(client, 255, score_threshold=0.85, classes="cat,1,bird").json()
+    # The toy labels declare category ids cat 1, dog 2, bird 3: integers are category ids.
+    body = post_png(client, 255, score_threshold=0.85, classes="cat,2,bird").json()
     assert [d["label"] for d in body["detections"]] == ["cat", "dog"]
+    assert [(d["class_id"], d["category_id"]) for d in body["detections"]] == [(0, 1), (1, 2)]
     body = post_png(client, 255, classes="bird").json()
     assert [d["label"] for d in body["detections"]] == ["bird"]
     body = post_png(client, 255, max_detections=1).json()
@@ -443,3 +453,35 @@ def test_fixed_batch_model_serves_short_batches(
         128 / 255, abs=1e-3
     )
     assert [len(call) for call in gated.backends["fixed"].calls] == [1]  # padded to 4 inside the backend
+
+
+def test_server_timing_header_gives_each_stage(client: TestClient) -> None:
+    for fmt, last in (("json", "encode"), ("png", "render")):
+        response = client.post(
+            "/detect",
+            params={"format": fmt},
+            content=encode(solid_image(255)),
+            headers={"content-type": "image/png"},
+        )
+        assert response.status_code == 200
+        entries = [e.strip().split(";dur=") for e in response.headers["server-timing"].split(",")]
+        names = [name for name, _ in entries]
+        assert names == ["decode", "preprocess", "queue_wait", "inference", "postprocess", last, "total"]
+        durations = {name: float(ms) for name, ms in entries}
+        assert all(ms >= 0 for ms in durations.values())
+        assert durations["total"] >= durations["inference"] > 0
+
+
+def test_several_models_and_no_declared_default_refuse_to_guess(
+    make_client: MakeClient, tmp_path: Path
+) -> None:
+    for name in ("b-model", "a-model"):
+        add_toy_model(tmp_path, name)
+    client = make_client(tmp_path)
+    listed = client.get("/v1/models").json()
+    assert listed["default_model"] is None and not any(m["default"] for m in listed["models"])
+    response = post_png(client)
+    assert response.status_code == 400
+    assert response.json()["field"] == "model"
+    assert "declares no default; it has ['a-model', 'b-model']" in response.json()["error"]
+    assert post_png(client, model="b-model").status_code == 200

@@ -11,8 +11,9 @@ from fastapi.testclient import TestClient
 def test_list_models(make_client: Callable[..., TestClient], multi_repo: Path) -> None:
     client = make_client(multi_repo, model_overrides={"masks": {"max_batch_size": 2}})
     body = client.get("/v1/models").json()
-    assert body["default_model"] == "a-stretch"
+    assert body["default_model"] == "a-stretch"  # declared by the repository's file 'default'
     by_name = {m["name"]: m for m in body["models"]}
+    assert [name for name, m in by_name.items() if m["default"]] == ["a-stretch"]
     assert set(by_name) == {"a-stretch", "letterbox", "masks", "fixed"}  # latest version of each
     masks = by_name["masks"]
     assert masks["ready"] is True and masks["has_masks"] is True
