@@ -3,6 +3,9 @@
 #
 #   promtool (Debian package `prometheus`): tests/service/test_metrics.py runs `promtool check metrics`
 #   on the service's /metrics output; the test skips with a stated reason when promtool is absent.
+#   chromium + chromedriver (Debian packages `chromium`, `chromium-driver`): tests/service/test_web_page.py
+#   drives the service's web page in a headless browser (selenium); it skips with a stated reason when
+#   either is absent.
 #
 # Installs only as root (CI images, containers); otherwise it prints what to install and exits 0 so
 # `make setup` still works for an unprivileged developer.
@@ -10,6 +13,8 @@ set -euo pipefail
 
 missing=()
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 
 if [ "${#missing[@]}" -eq 0 ]; then
     exit 0

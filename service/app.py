@@ -26,6 +26,7 @@ from service.repository import scan_repository, select_versions
 from service.routes import detect, health, metrics, models
 from service.runtime import ModelRuntime
 from service.settings import Settings
+from service.web import install_web
 
 
 def _package_version() -> str:
@@ -76,8 +77,8 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
         version=_package_version(),
         description="Object detection over HTTP: dynamic batching, boxed images, Prometheus metrics.",
         lifespan=lifespan,
-        docs_url="/docs" if docs else None,
-        redoc_url="/redoc" if docs else None,
+        docs_url=None,  # /docs and /redoc come from service.web, on assets served here (no CDN)
+        redoc_url=None,
         openapi_url="/openapi.json" if docs else None,
     )
     app.state.settings = settings
@@ -93,4 +94,5 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     )
     for module in routers:
         app.include_router(module.router)
+    install_web(app, docs=docs)
     return app
