@@ -117,6 +117,19 @@ def test_batch_closes_at_delay_after_the_first_request() -> None:
     run(scenario)
 
 
+def test_a_request_learns_its_own_queue_wait_and_inference_time() -> None:
+    async def scenario() -> None:
+        worker, metrics = Worker(), RecordingMetrics()
+        batcher = make(worker, metrics, max_batch_size=8, max_queue_delay_s=0.05)
+        times: dict[str, float] = {}
+        assert await batcher.submit(21, times=times) == 42
+        assert times == {"queue_wait": metrics.waits[0], "inference": metrics.inferences[0]}
+        assert times["queue_wait"] >= 0.05
+        await batcher.stop()
+
+    run(scenario)
+
+
 def test_each_request_gets_its_own_output() -> None:
     async def scenario() -> None:
         worker = Worker()
