@@ -127,9 +127,9 @@ async function useImage(blob) {
 }
 
 async function useSample(src) {
-  const response = await fetch(src);
-  if (!response.ok) {
-    setStatus(`Cannot load ${src}: ${response.status}`, true);
+  const response = await fetch(src).catch(() => null);
+  if (!response || !response.ok) {
+    setStatus(`Cannot load ${src}: ${response ? response.status : "no answer"}`, true);
     return;
   }
   await useImage(await response.blob());
@@ -351,6 +351,7 @@ function draw() {
 // ------------------------------------------------------------------ wiring
 
 $("model").addEventListener("change", selectModel);
+$("api-key").addEventListener("change", loadModels);
 $("version").addEventListener("change", selectVersion);
 slider.addEventListener("input", draw);
 window.addEventListener("resize", () => {

@@ -14,10 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import cv2
 import httpx
 import pytest
 from pycocotools import mask as mask_utils
-from service_testkit import PROJECT, Server, add_toy_model
+from service_testkit import PROJECT, Server, add_toy_model, encode
 
 from service.web import SAMPLES_DIR
 
@@ -179,6 +180,33 @@ def test_page_decodes_masks_from_the_apis_rle(browser: Any, server: Server, tmp_
         rle = {"size": detection["mask"]["size"], "counts": detection["mask"]["counts"].encode()}
         assert page_detection["mask_area"] == int(mask_utils.area(rle)) > 0
     browser.save_screenshot(str(tmp_path / "page-masks.png"))
+
+
+def test_page_sends_a_chosen_file_and_shows_the_apis_error(
+    browser: Any, server: Server, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{server.url}/")
+    wait_for(browser, "document.getElementById('model').options.length > 0", "the model list")
+    png = tmp_path / "mine.png"  # the user's own file, in another format than the samples
+    png.write_bytes(encode(cv2.cvtColor(cv2.imread(str(SAMPLES_DIR / SAMPLE)), cv2.COLOR_BGR2RGB), ".png"))
+    browser.find_element(By.ID, "file").send_keys(str(png))
+    wait_for(browser, "document.getElementById('canvas').dataset.state === 'done'", "the detections drawn")
+    api = httpx.post(
+        f"{server.url}/detect",
+        content=png.read_bytes(),
+        headers={"content-type": "image/png"},
+        timeout=WAIT_S,
+    )
+    assert drawn(browser) == as_drawn(api.json()["detections"])
+
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(png.read_bytes()[: len(png.read_bytes()) // 2])
+    browser.find_element(By.ID, "file").send_keys(str(broken))
+    wait_for(browser, "document.getElementById('canvas').dataset.state === 'error'", "the error shown")
+    status = browser.find_element(By.ID, "status")
+    assert status.text.startswith("400: ") and "error" in status.get_attribute("class")
 
 
 @pytest.mark.parametrize(
