@@ -14,7 +14,11 @@ class DetectQuery(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str | None = Field(default=None, description="model name; default: the server's default model")
+    model: str | None = Field(
+        default=None,
+        description="model name; default: the server's default model (`default_model` in /v1/models; a "
+        "server with several models and none declared answers 400 without this)",
+    )
     version: str | None = Field(default=None, description="model version; default: the latest loaded one")
     score_threshold: float | None = Field(
         default=None,

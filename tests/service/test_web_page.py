@@ -217,7 +217,9 @@ def test_page_sends_a_chosen_file_and_shows_the_apis_error(
         ("/redoc", "document.querySelector('.api-content h2') !== null"),
     ],
 )
-def test_pages_load_nothing_from_elsewhere(browser: Any, server: Server, path: str, rendered: str) -> None:
+def test_pages_load_nothing_from_elsewhere(
+    browser: Any, server: Server, path: str, rendered: str, tmp_path: Path
+) -> None:
     browser.get_log("browser")  # drop earlier pages' messages
     browser.get(f"{server.url}{path}")
     wait_for(browser, rendered, f"{path} rendered")
@@ -232,3 +234,4 @@ def test_pages_load_nothing_from_elsewhere(browser: Any, server: Server, path: s
     # ReDoc's bundle asks for its logo from cdn.redoc.ly; the page's Content-Security-Policy refuses it.
     assert all(url in refused for url in external), (external, refused)
     assert path == "/redoc" or not external
+    browser.save_screenshot(str(tmp_path / "page.png"))
