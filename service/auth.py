@@ -20,9 +20,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from service.errors import Unauthorized, error_response
 from service.settings import Settings
 
-# Paths that never need a key: liveness and readiness probes, and the API's own documentation (which
+# Paths that never need a key: liveness and readiness probes (native and Open Inference Protocol), and
+# the API's own documentation (which
 # `DETECT_DOCS=false` turns off).
-OPEN_PREFIXES = ("/health/",)
+OPEN_PREFIXES = ("/health/", "/v2/health/")
 OPEN_PATHS = frozenset({"/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
 
 

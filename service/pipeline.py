@@ -114,14 +114,15 @@ def _prepare(model: LoadedModel, upload: ImageUpload, plan: DecodePlan, keep_ori
     return _Prepared(upload, size, network_input, transform, image if keep_original else None, None)
 
 
-async def _prepare_all(
+async def prepare_images(
     model: LoadedModel,
     uploads: list[ImageUpload],
     plans: list[DecodePlan],
     resources: Resources,
     keep_original: bool,
 ) -> list[_Prepared]:
-    """Decode and resize the images one at a time, each inside its share of the image budget."""
+    """Decode and resize the images one at a time, each inside its share of the image budget (also the
+    encoded-image path of the Open Inference Protocol, `service.v2.infer`)."""
     per_pixel = RENDER_BYTES_PER_PIXEL if keep_original else DECODE_BYTES_PER_PIXEL
     prepared: list[_Prepared] = []
     try:
@@ -171,7 +172,7 @@ async def run_detection(
 
     ``deadline`` is the `time.monotonic` time by which inference must start (None: no limit).
     """
-    prepared = await _prepare_all(model, uploads, plans, resources, keep_original)
+    prepared = await prepare_images(model, uploads, plans, resources, keep_original)
     try:
         outputs = _first_error(
             await asyncio.gather(
