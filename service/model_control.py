@@ -70,12 +70,18 @@ class ModelControl:
 
         Raises `LoadFailed` (400) saying why, leaving what serves untouched.
         """
+        try:
+            check_model_name(name)
+        except RepositoryError as exc:
+            raise LoadFailed(str(exc), field="model") from None
         await self.runtime.wait_loaded()  # the start-up load owns the first versions
         async with self._lock(name):
             try:
                 entries = await asyncio.to_thread(scan_model, self.root, name)
             except (RepositoryError, OSError) as exc:
                 self._failures[name] = str(exc)
+                if (self.root / name).is_dir():  # a broken folder, not a typo: count it as a failed load
+                    self.runtime.metrics.for_model(name).model_load_failed()
                 raise LoadFailed(f"failed to load {name!r}: {exc}", field="model") from exc
             current = self.runtime.models.get(name, {})
             table: dict[str, LoadedModel] = {}

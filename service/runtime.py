@@ -176,6 +176,10 @@ class ModelRuntime:
     def all(self) -> list[LoadedModel]:
         return [m for versions in self.models.values() for m in versions.values()]
 
+    @property
+    def metrics(self) -> ServiceMetrics:
+        return self._metrics
+
     def new_model(self, entry: ModelEntry) -> LoadedModel:
         """A not yet loaded `LoadedModel` for ``entry``, with its batching settings resolved."""
         batching = self.settings.batching_for(entry.name, entry.manifest.max_batch_size)
