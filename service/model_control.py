@@ -120,7 +120,9 @@ class ModelControl:
         except BaseException as exc:
             if isinstance(exc, LoadFailed):
                 self._failures[name] = exc.message
-            await asyncio.shield(asyncio.gather(*(m.retire(0) for m in fresh), return_exceptions=True))
+            await asyncio.shield(
+                asyncio.gather(*(m.retire(self.drain_timeout_s) for m in fresh), return_exceptions=True)
+            )
             raise
         finally:
             self._loading.pop(name, None)

@@ -233,3 +233,27 @@ def test_inference_is_counted_in_the_request_metrics(client: TestClient) -> None
     assert 'detect_requests_total{code="200",model="toy"} 1.0' in text
     assert 'detect_requests_total{code="404",model="none"} 1.0' in text
     assert 'detect_batch_size_count{model="toy"} 1.0' in text
+
+
+def test_the_native_limits_apply(make_client: MakeClient, toy_repo: Path) -> None:
+    client = make_client(
+        toy_repo, image_memory_bytes=200_000, max_body_bytes=60_000, max_images_per_request=2
+    )
+    pixels = solid_image(7)[None]
+    request = {
+        "inputs": [
+            {"name": "images", "shape": [1, 64, 64, 3], "datatype": "UINT8", "data": pixels.ravel().tolist()}
+        ]
+    }
+    too_costly = infer(client, "toy", request)  # ~25 kB of JSON holds ~0.6 MB of image memory to parse
+    assert too_costly.status_code == 413 and "image memory" in too_costly.json()["error"]
+    big = infer(
+        client, "toy", {"inputs": [{"name": "x", "shape": [1], "datatype": "BYTES", "data": ["A" * 70_000]}]}
+    )
+    assert big.status_code == 413 and "60000 bytes" in big.json()["error"]
+    request, packed = bytes_request([encode(solid_image(9))] * 3)
+    too_many = infer(client, "toy", request, packed)
+    assert too_many.status_code == 400 and "1..2" in too_many.json()["error"]
+    huge = encode(np.zeros((1000, 1000, 3), np.uint8))
+    request, packed = bytes_request([huge])
+    assert infer(client, "toy", request, packed).status_code == 413  # 3 MB of decoded image memory
