@@ -28,9 +28,9 @@ from service.uploads import ImageUpload, UploadLimits, body_chunks
 from service.v2.signature import BYTES_INPUT
 from service.v2.tensors import DecodedRequest, decode_request, header_length
 
-# Image memory held while a JSON request is parsed, per byte of JSON. Measured (peak RSS growth while
-# decoding 4 images of 300x300 sent as JSON integers, docs/open-inference-protocol.md): 8.7 bytes per
-# byte for a flat list, 19.9 for nested [B][H][W][3] lists (a Python list per pixel).
+# Image memory held while a JSON request is parsed, per byte of JSON. scripts/measure_v2_json_memory.py
+# (4 images of 300x300 as JSON integers): peak RSS grew by 8.7 bytes per byte for a flat list, 19.9 for
+# nested [B][H][W][3] lists (a Python list per pixel).
 JSON_BYTES_PER_BYTE = 24
 
 
