@@ -15,7 +15,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Literal
 
 import numpy as np
@@ -199,7 +199,8 @@ class ModelRuntime:
     def unpublish(self, model: LoadedModel) -> None:
         """Drop ``model``'s readiness series, unless a version of the same number serves in its place."""
         if self.models.get(model.name, {}).get(model.version) is None:
-            self._metrics.model_ready.remove(model.name, model.version)
+            with suppress(KeyError):  # never published (it failed to load)
+                self._metrics.model_ready.remove(model.name, model.version)
 
     async def load(self, model: LoadedModel) -> None:
         """Load, warm up and start ``model``; afterwards its state is ready or failed (with ``error``)."""

@@ -21,7 +21,7 @@ from starlette.requests import Request
 
 from service.admission import Resources, hold
 from service.budget import MemoryBudget
-from service.errors import UnsupportedMediaType
+from service.errors import PayloadTooLarge, UnsupportedMediaType
 from service.pipeline import plan_images, prepare_images
 from service.runtime import LoadedModel
 from service.uploads import ImageUpload, UploadLimits, body_chunks
@@ -60,9 +60,13 @@ async def read_body(
             field="content-encoding",
         )
     declared = request.headers.get("content-length")
-    reserved = limits.max_body_bytes
+    reserved = limits.max_body_bytes  # chunked: the body may be as large as the limit
     if declared is not None and declared.isdigit():
-        reserved = max(1, min(int(declared), limits.max_body_bytes))  # larger: body_chunks refuses it
+        if int(declared) > limits.max_body_bytes:
+            raise PayloadTooLarge(
+                f"request body is {declared} bytes; the limit is {limits.max_body_bytes}", field="body"
+            )
+        reserved = max(1, int(declared))
     await budget.acquire(reserved, limits.budget_wait_s, field="body")
     body = RawBody(bytearray(), budget, reserved)
     try:

@@ -250,7 +250,7 @@ def test_the_native_limits_apply(make_client: MakeClient, toy_repo: Path) -> Non
     big = infer(
         client, "toy", {"inputs": [{"name": "x", "shape": [1], "datatype": "BYTES", "data": ["A" * 70_000]}]}
     )
-    assert big.status_code == 413 and "60000 bytes" in big.json()["error"]
+    assert big.status_code == 413 and "the limit is 60000" in big.json()["error"]
     request, packed = bytes_request([encode(solid_image(9))] * 3)
     too_many = infer(client, "toy", request, packed)
     assert too_many.status_code == 400 and "1..2" in too_many.json()["error"]
