@@ -22,8 +22,9 @@ from service.errors import install_error_handlers
 from service.lifecycle import Lifecycle
 from service.metrics import ServiceMetrics, serve_metrics
 from service.middleware import DetectRequestMiddleware
+from service.model_control import ModelControl
 from service.repository import scan_repository, select_versions
-from service.routes import detect, health, metrics, models
+from service.routes import detect, health, metrics, models, v2_models, v2_repository
 from service.runtime import ModelRuntime
 from service.settings import Settings
 from service.web import install_web
@@ -49,6 +50,7 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     service_metrics = ServiceMetrics()
     lifecycle = Lifecycle(service_metrics)
     runtime = ModelRuntime(entries, settings, service_metrics, backend_factory or create_backend)
+    control = ModelControl(runtime, settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -60,11 +62,13 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
             else None
         )
         runtime.start_loading()
+        control.start_polling()
         try:
             yield
         finally:
             lifecycle.begin_drain()
             lifecycle.close()
+            await control.stop()
             await runtime.stop(settings.drain_timeout_s)
             executor.shutdown(wait=True, cancel_futures=True)
             if metrics_server is not None:
@@ -85,6 +89,7 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     app.state.metrics = service_metrics
     app.state.lifecycle = lifecycle
     app.state.runtime = runtime
+    app.state.control = control
     install_error_handlers(app)
     app.add_middleware(DetectRequestMiddleware, lifecycle=lifecycle, metrics=service_metrics)
     if api_keys:  # added last, so it runs first: nothing else runs for a request without a key
@@ -95,4 +100,7 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     for module in routers:
         app.include_router(module.router)
     install_web(app, docs=docs)
+    app.include_router(v2_models.router)
+    if settings.repository_api:
+        app.include_router(v2_repository.router)
     return app

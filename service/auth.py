@@ -20,9 +20,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from service.errors import Unauthorized, error_response
 from service.settings import Settings
 
-# Paths that never need a key: liveness and readiness probes, the API's own documentation (which
-# `DETECT_DOCS=false` turns off), and the web page with its static files (its requests send the key).
-OPEN_PREFIXES = ("/health/", "/static/")
+# Paths that never need a key: liveness and readiness probes (native and Open Inference Protocol), the
+# API's own documentation (which `DETECT_DOCS=false` turns off), and the web page with its static files (its
+# requests send the key).
+OPEN_PREFIXES = ("/health/", "/v2/health/", "/static/")
 OPEN_PATHS = frozenset({"/", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
 
 

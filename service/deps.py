@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import Depends, Query, Request
@@ -10,6 +11,7 @@ from service.admission import Resources
 from service.errors import ServiceUnavailable
 from service.lifecycle import Lifecycle
 from service.metrics import ServiceMetrics
+from service.model_control import ModelControl
 from service.runtime import LoadedModel, ModelRuntime
 from service.schemas import DetectQuery
 from service.settings import Settings
@@ -49,10 +51,13 @@ ResourcesDep = Annotated[Resources, Depends(get_resources)]
 DetectQueryDep = Annotated[DetectQuery, Query()]
 
 
-def get_model(request: Request, query: DetectQueryDep, runtime: RuntimeDep) -> LoadedModel:
+async def get_model(
+    request: Request, query: DetectQueryDep, runtime: RuntimeDep
+) -> AsyncIterator[LoadedModel]:
     """The serving model version the request names: 404 if unknown, 503 while it is not ready.
 
-    Also labels the request's metrics with the model name.
+    Also labels the request's metrics with the model name. The request holds a lease on the version
+    until it is answered, so a swap or unload retires it only after this request (`service.model_control`).
     """
     model = runtime.get(query.model, query.version)
     request.state.model = model.name
@@ -60,7 +65,24 @@ def get_model(request: Request, query: DetectQueryDep, runtime: RuntimeDep) -> L
         raise ServiceUnavailable(
             f"model {model.name!r} version {model.version!r} is {model.status()}", retry_after_s=5
         )
-    return model
+    with model.lease():
+        yield model
+
+
+async def get_leased_model(request: Request, runtime: RuntimeDep) -> AsyncIterator[LoadedModel]:
+    """The model version named by the path (``model_name``, optional ``model_version``), leased as in
+    `get_model`: the Open Inference Protocol's routes."""
+    model = runtime.get(request.path_params["model_name"], request.path_params.get("model_version"))
+    request.state.model = model.name
+    with model.lease():
+        yield model
+
+
+def get_control(request: Request) -> ModelControl:
+    control: ModelControl = request.app.state.control
+    return control
 
 
 ModelDep = Annotated[LoadedModel, Depends(get_model)]
+LeasedModelDep = Annotated[LoadedModel, Depends(get_leased_model)]
+ControlDep = Annotated[ModelControl, Depends(get_control)]

@@ -48,6 +48,12 @@ class ModelMetrics:
     def inference(self, seconds: float) -> None:
         self.stage("inference", seconds)
 
+    def model_loaded(self, seconds: float) -> None:
+        self._parent.model_load_seconds.labels(model=self.model).observe(seconds)
+
+    def model_load_failed(self) -> None:
+        self._parent.model_load_failures.labels(model=self.model).inc()
+
 
 class ServiceMetrics:
     """Every metric the service exports, registered in its own `CollectorRegistry`."""
@@ -95,6 +101,21 @@ class ServiceMetrics:
             "1 when the model version is loaded, warmed up and batching",
             ["model", "version"],
             registry=r,
+        )
+        # The live model repository: what is loaded, how long loading (with warm-up) took, what failed.
+        self.loaded_models = Gauge(
+            "detect_loaded_models", "Model names serving at least one version", registry=r
+        )
+        self.loaded_versions = Gauge("detect_loaded_model_versions", "Model versions loaded", registry=r)
+        self.model_load_seconds = Histogram(
+            "detect_model_load_seconds",
+            "Time to load and warm up one model version",
+            ["model"],
+            buckets=(0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0),
+            registry=r,
+        )
+        self.model_load_failures = Counter(
+            "detect_model_load_failures", "Model versions that failed to load", ["model"], registry=r
         )
 
     def for_model(self, model: str) -> ModelMetrics:

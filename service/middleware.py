@@ -19,6 +19,11 @@ from service.metrics import NO_MODEL, ServiceMetrics
 DETECT_PATHS = frozenset({"/detect", "/v1/detect"})
 
 
+def is_inference_path(path: str) -> bool:
+    """/detect, /v1/detect, and the Open Inference Protocol's ``/v2/models/.../infer``."""
+    return path in DETECT_PATHS or (path.startswith("/v2/models/") and path.endswith("/infer"))
+
+
 class DetectRequestMiddleware:
     """For detect requests: 503 while draining; otherwise record status and latency.
 
@@ -31,7 +36,7 @@ class DetectRequestMiddleware:
         self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] not in DETECT_PATHS:
+        if scope["type"] != "http" or not is_inference_path(scope["path"]):
             await self.app(scope, receive, send)
             return
         started = time.monotonic()

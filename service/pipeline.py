@@ -117,7 +117,7 @@ def _prepare(
     return _Prepared(upload, size, network_input, transform, image if keep_original else None, None)
 
 
-async def _prepare_all(
+async def prepare_images(
     model: LoadedModel,
     uploads: list[ImageUpload],
     plans: list[DecodePlan],
@@ -125,7 +125,8 @@ async def _prepare_all(
     keep_original: bool,
     stages: RequestStages,
 ) -> list[_Prepared]:
-    """Decode and resize the images one at a time, each inside its share of the image budget."""
+    """Decode and resize the images one at a time, each inside its share of the image budget (also the
+    encoded-image path of the Open Inference Protocol, `service.v2.infer`)."""
     per_pixel = RENDER_BYTES_PER_PIXEL if keep_original else DECODE_BYTES_PER_PIXEL
     prepared: list[_Prepared] = []
     try:
@@ -176,7 +177,7 @@ async def run_detection(
 
     ``deadline`` is the `time.monotonic` time by which inference must start (None: no limit).
     """
-    prepared = await _prepare_all(model, uploads, plans, resources, keep_original, stages)
+    prepared = await prepare_images(model, uploads, plans, resources, keep_original, stages)
     times: list[dict[str, float]] = [{} for _ in prepared]
     try:
         outputs = _first_error(

@@ -2,12 +2,17 @@
 
 Scanning reads manifests only (cheap), so the CLI can reject a broken repository before starting the
 server. Any inconsistency is a `RepositoryError` naming the path and what is wrong with it.
+
+While serving, one model's folder can be scanned again (`scan_model`) to load it or a new version of it,
+and the whole folder indexed without failing on a broken version (`index_repository`), as the Open
+Inference Protocol's repository extension reports it.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -31,10 +36,34 @@ class ModelEntry:
     version: str
     directory: Path
     manifest: Manifest
+    # What the files were when read: (mtime_ns, size) of the manifest and the model file. A version whose
+    # stamp changed on disk is loaded again rather than reused.
+    stamp: tuple[int, ...] = field(default=(), compare=False)
 
     @property
     def model_path(self) -> Path:
         return self.directory / self.manifest.file
+
+
+# A model name is one plain folder name: no separators, no leading dot (hidden) or underscore.
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def check_model_name(name: str) -> None:
+    """Raise `RepositoryError` unless ``name`` can only mean a folder directly inside the repository."""
+    if not _MODEL_NAME.fullmatch(name) or ".." in name:
+        raise RepositoryError(
+            f"invalid model name {name!r}: expected a folder name of letters, digits, '.', '_' or '-' "
+            "(not starting with '.' or '_')"
+        )
+
+
+def _stamp(*paths: Path) -> tuple[int, ...]:
+    stamp: list[int] = []
+    for path in paths:
+        info = path.stat()
+        stamp += [info.st_mtime_ns, info.st_size]
+    return tuple(stamp)
 
 
 def version_sort_key(version: str) -> tuple[int, int, str]:
@@ -70,7 +99,13 @@ def _read_entry(name: str, version_dir: Path) -> ModelEntry:
             f"{model_path}: format {manifest.format!r} expects a file ending in "
             f"{' or '.join(_SUFFIXES[manifest.format])}"
         )
-    return ModelEntry(name=name, version=version_dir.name, directory=version_dir, manifest=manifest)
+    return ModelEntry(
+        name=name,
+        version=version_dir.name,
+        directory=version_dir,
+        manifest=manifest,
+        stamp=_stamp(manifest_path, model_path),
+    )
 
 
 def scan_repository(root: str | Path) -> list[ModelEntry]:
@@ -84,11 +119,7 @@ def scan_repository(root: str | Path) -> list[ModelEntry]:
         raise RepositoryError(f"model repository {str(root)!r} does not exist or is not a folder")
     entries: list[ModelEntry] = []
     for model_dir in _visible_dirs(root):
-        versions = _visible_dirs(model_dir)
-        if not versions:
-            raise RepositoryError(f"{model_dir}: no version folders (expected {model_dir}/<version>/)")
-        for version_dir in sorted(versions, key=lambda p: version_sort_key(p.name)):
-            entries.append(_read_entry(model_dir.name, version_dir))
+        entries += _scan_versions(model_dir)
     if not entries:
         raise RepositoryError(
             f"model repository {str(root)!r} holds no models (expected <name>/<version>/{MANIFEST_FILE})"
@@ -104,3 +135,54 @@ def select_versions(entries: list[ModelEntry], policy: Literal["latest", "all"])
     for entry in entries:  # sorted lowest version first, so the last one wins
         latest[entry.name] = entry
     return list(latest.values())
+
+
+def _scan_versions(model_dir: Path) -> list[ModelEntry]:
+    versions = _visible_dirs(model_dir)
+    if not versions:
+        raise RepositoryError(f"{model_dir}: no version folders (expected {model_dir}/<version>/)")
+    return [_read_entry(model_dir.name, v) for v in sorted(versions, key=lambda p: version_sort_key(p.name))]
+
+
+def scan_model(root: str | Path, name: str) -> list[ModelEntry]:
+    """Every version of model ``name`` under ``root``, lowest first.
+
+    Raises `RepositoryError` for an invalid name, a missing folder, or any broken version (loading a
+    model whose folder is half-written must fail, not serve part of it).
+    """
+    check_model_name(name)
+    model_dir = Path(root) / name
+    if not model_dir.is_dir():
+        raise RepositoryError(f"model {name!r} is not in the repository ({model_dir} is not a folder)")
+    return _scan_versions(model_dir)
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    """One version folder found in the repository, or why it cannot be loaded (``error``)."""
+
+    name: str
+    version: str
+    entry: ModelEntry | None
+    error: str | None = None
+
+
+def index_repository(root: str | Path) -> list[IndexEntry]:
+    """Every model version folder under ``root`` (sorted by name, then version), broken ones included
+    with the reason; a model folder without versions is listed once with version ``""``."""
+    root = Path(root)
+    if not root.is_dir():
+        raise RepositoryError(f"model repository {str(root)!r} does not exist or is not a folder")
+    index: list[IndexEntry] = []
+    for model_dir in _visible_dirs(root):
+        versions = sorted(_visible_dirs(model_dir), key=lambda p: version_sort_key(p.name))
+        if not versions:
+            index.append(IndexEntry(model_dir.name, "", None, "no version folders"))
+        for version_dir in versions:
+            try:
+                index.append(
+                    IndexEntry(model_dir.name, version_dir.name, _read_entry(model_dir.name, version_dir))
+                )
+            except (RepositoryError, OSError) as exc:
+                index.append(IndexEntry(model_dir.name, version_dir.name, None, str(exc)))
+    return index

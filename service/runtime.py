@@ -3,6 +3,10 @@
 `ModelRuntime` is created with the repository's entries (already scanned and validated), then
 `start_loading` loads each backend, warms it up and starts its batcher in a background task, so the
 server answers liveness at once and readiness only when every model serves.
+
+Models can also change while serving (`service.model_control`): every request holds a lease on the
+model version it resolved (`LoadedModel.lease`) until it is answered, so a version that is swapped out
+or unloaded is retired (`LoadedModel.retire`) only once its last request finished.
 """
 
 from __future__ import annotations
@@ -10,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from typing import Literal
 
 import numpy as np
@@ -26,7 +31,7 @@ from service.settings import BatchingConfig, Settings
 
 logger = logging.getLogger(__name__)
 
-ModelState = Literal["pending", "loading", "warming", "ready", "failed", "stopped"]
+ModelState = Literal["pending", "loading", "warming", "ready", "failed", "retiring", "stopped"]
 
 
 class LoadedModel:
@@ -40,6 +45,10 @@ class LoadedModel:
         self.batcher: DynamicBatcher[np.ndarray, dict[str, np.ndarray]] | None = None
         self.state: ModelState = "pending"
         self.error: str | None = None
+        self.load_seconds: float | None = None
+        self._leases = 0
+        self._unleased = asyncio.Event()
+        self._unleased.set()
 
     @property
     def name(self) -> str:
@@ -91,6 +100,42 @@ class LoadedModel:
             )
         return await self.batcher.submit(image, deadline=deadline, times=times)
 
+    @contextmanager
+    def lease(self) -> Iterator[LoadedModel]:
+        """Hold this version for one request: `retire` waits until every lease is returned."""
+        self._leases += 1
+        self._unleased.clear()
+        try:
+            yield self
+        finally:
+            self._leases -= 1
+            if self._leases == 0:
+                self._unleased.set()
+
+    async def retire(self, timeout: float | None) -> None:
+        """Stop serving once no request holds this version any more (at most ``timeout`` seconds),
+        run what is still queued, then release the backend. Call after new requests can no longer
+        resolve it."""
+        if self.state in ("retiring", "stopped"):
+            return
+        self.state = "retiring"
+        try:
+            async with asyncio.timeout(timeout):
+                await self._unleased.wait()
+        except TimeoutError:
+            logger.warning(
+                "model %s version %s: %d request(s) still running after %ss; stopping it anyway",
+                self.name,
+                self.version,
+                self._leases,
+                timeout,
+            )
+        if self.batcher is not None:
+            await self.batcher.stop(timeout)
+        if self.backend is not None:
+            await asyncio.to_thread(self.backend.close)
+        self.state = "stopped"
+
     def warmup(self) -> None:
         """Run a batch of 1 and a full batch of black images: first runs allocate memory and pick kernels."""
         assert self.backend is not None
@@ -118,18 +163,11 @@ class ModelRuntime:
         self._factory = backend_factory
         self.models: dict[str, dict[str, LoadedModel]] = {}
         for entry in entries:
-            batching = settings.batching_for(entry.name, entry.manifest.max_batch_size)
-            if not entry.manifest.dynamic_batch:
-                # A fixed-batch artifact always computes max_batch_size images; filling it costs nothing.
-                batching = BatchingConfig(
-                    entry.manifest.max_batch_size, batching.max_queue_delay_s, batching.max_queue_size
-                )
-            model = LoadedModel(entry, batching, metrics.for_model(entry.name))
+            model = self.new_model(entry)
             self.models.setdefault(entry.name, {})[entry.version] = model
-            # Evaluated at every scrape, so a batcher that dies shows at once.
-            metrics.model_ready.labels(model=entry.name, version=entry.version).set_function(
-                _readiness_of(model)
-            )
+            self.publish(model)
+        metrics.loaded_models.set_function(lambda: len(self.models))
+        metrics.loaded_versions.set_function(lambda: len(self.all()))
         self.default_model = resolve_default_model(
             settings.default_model, settings.model_repository, self.models
         )
@@ -140,6 +178,36 @@ class ModelRuntime:
 
     def all(self) -> list[LoadedModel]:
         return [m for versions in self.models.values() for m in versions.values()]
+
+    @property
+    def metrics(self) -> ServiceMetrics:
+        return self._metrics
+
+    def new_model(self, entry: ModelEntry) -> LoadedModel:
+        """A not yet loaded `LoadedModel` for ``entry``, with its batching settings resolved."""
+        batching = self.settings.batching_for(entry.name, entry.manifest.max_batch_size)
+        if not entry.manifest.dynamic_batch:
+            # A fixed-batch artifact always computes max_batch_size images; filling it costs nothing.
+            batching = BatchingConfig(
+                entry.manifest.max_batch_size, batching.max_queue_delay_s, batching.max_queue_size
+            )
+        return LoadedModel(entry, batching, self._metrics.for_model(entry.name))
+
+    def publish(self, model: LoadedModel) -> None:
+        """Export ``model``'s readiness; evaluated at every scrape, so a batcher that dies shows at once."""
+        self._metrics.model_ready.labels(model=model.name, version=model.version).set_function(
+            _readiness_of(model)
+        )
+
+    def unpublish(self, model: LoadedModel) -> None:
+        """Drop ``model``'s readiness series, unless a version of the same number serves in its place."""
+        if self.models.get(model.name, {}).get(model.version) is None:
+            with suppress(KeyError):  # never published (it failed to load)
+                self._metrics.model_ready.remove(model.name, model.version)
+
+    async def load(self, model: LoadedModel) -> None:
+        """Load, warm up and start ``model``; afterwards its state is ready or failed (with ``error``)."""
+        await self._load(model)
 
     # -------------------------------------------------------------- loading
 
@@ -176,9 +244,15 @@ class ModelRuntime:
             )
             model.batcher.start()
             model.state = "ready"
+            model.load_seconds = time.monotonic() - started
+            model.metrics.model_loaded(model.load_seconds)
         except Exception as exc:
             model.state = "failed"
             model.error = f"{type(exc).__name__}: {exc}"
+            model.metrics.model_load_failed()
+            if model.backend is not None:  # loaded but failed to warm up: free it now
+                await asyncio.to_thread(model.backend.close)
+                model.backend = None
             logger.error(
                 "model %s version %s failed to load: %s", model.name, model.version, exc, exc_info=exc
             )
@@ -210,6 +284,12 @@ class ModelRuntime:
 
         Raises `ModelNotFound` naming what exists.
         """
+        if name is None and self.default_model is not None and self.default_model not in self.models:
+            raise ModelNotFound(
+                f"the default model {self.default_model!r} is not loaded (it was unloaded); name a model "
+                f"with ?model= (loaded: {sorted(self.models)}) or load it again",
+                field="model",
+            )
         name = name or self.default_model
         if name is None:
             raise BadRequest(no_default_message(self.models), field="model")

@@ -50,6 +50,11 @@ class Settings(BaseSettings):
     # Model used when a request names none; unset: the repository's file 'default', else its only model
     # (several and none declared: requests must name one; see service/default_model.py).
     default_model: str | None = None
+    # The live model repository (Open Inference Protocol repository extension): POST /v2/repository/index
+    # and /v2/repository/models/{name}/load|unload, behind the API key when keys are set; False: not served.
+    repository_api: bool = True
+    # Poll the repository folder every this many seconds: load new or changed models, unload removed ones.
+    repository_poll_s: float | None = Field(default=None, gt=0)
 
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)

@@ -30,6 +30,7 @@ async def ready(runtime: RuntimeDep, lifecycle: LifecycleDep) -> JSONResponse:
         return JSONResponse(HealthStatus(status="ok").model_dump())
     else:
         detail = {key: value for key, value in runtime.status().items() if value != "ok"}
+        detail = detail or {"models": "none loaded"}  # every model was unloaded (service.model_control)
         failed = any(value.startswith("failed") for value in detail.values())
         body = HealthStatus(status="failed" if failed else "loading", detail=detail)
     return JSONResponse(body.model_dump(), status_code=503, headers={"Retry-After": "1"})
