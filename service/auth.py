@@ -21,8 +21,7 @@ from service.errors import Unauthorized, error_response
 from service.settings import Settings
 
 # Paths that never need a key: liveness and readiness probes (native and Open Inference Protocol), and
-# the API's own documentation (which
-# `DETECT_DOCS=false` turns off).
+# the API's own documentation (which `DETECT_DOCS=false` turns off).
 OPEN_PREFIXES = ("/health/", "/v2/health/")
 OPEN_PATHS = frozenset({"/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
 
