@@ -47,6 +47,7 @@ class LoadedModel:
         self.error: str | None = None
         self.load_seconds: float | None = None
         self._leases = 0
+        self._retired = False
         self._unleased = asyncio.Event()
         self._unleased.set()
 
@@ -116,9 +117,9 @@ class LoadedModel:
         """Stop serving once no request holds this version any more (at most ``timeout`` seconds),
         run what is still queued, then release the backend. Call after new requests can no longer
         resolve it."""
-        if self.state in ("retiring", "stopped"):
+        if self._retired:
             return
-        self.state = "retiring"
+        self._retired = True  # it keeps serving the requests that hold a lease on it
         try:
             async with asyncio.timeout(timeout):
                 await self._unleased.wait()
@@ -130,6 +131,7 @@ class LoadedModel:
                 self._leases,
                 timeout,
             )
+        self.state = "retiring"
         if self.batcher is not None:
             await self.batcher.stop(timeout)
         if self.backend is not None:

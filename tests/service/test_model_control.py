@@ -3,6 +3,7 @@ failed loads change nothing; unload; index; folder polling."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import threading
@@ -11,11 +12,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from service_testkit import GatedFactory, add_toy_model, encode, solid_image, wait_until
 
 from service.manifest import MANIFEST_FILE
+from service.model_control import ModelControl
 from service.runtime import ModelRuntime
 
 MakeClient = Callable[..., TestClient]
@@ -92,6 +95,35 @@ def test_a_request_in_flight_finishes_on_the_old_version(
         old_backend.gate.set()
         answer = in_flight.result(10)
     assert answer.status_code == 200 and answer.json()["version"] == "1"
+
+
+def test_a_version_swapped_out_keeps_serving_the_requests_that_resolved_it(
+    make_client: MakeClient, repo: Path
+) -> None:
+    """A request that resolved version 1 before the switch (e.g. still uploading its body) is admitted
+    and computed by version 1 afterwards; version 1 is freed only when that request let go of it."""
+    client = make_client(repo)
+    runtime = runtime_of(client)
+    app: Any = client.app
+    control: ModelControl = app.state.control
+    add_toy_model(repo, "toy", "2")
+
+    async def scenario() -> tuple[str, float, str]:
+        old = runtime.get("toy", None)
+        with old.lease():
+            await control.load("toy")
+            await asyncio.sleep(0.05)  # the retirement has started and waits for this lease
+            old.admit(1, None)
+            output = await old.submit(np.full((64, 64, 3), 255, np.uint8), None)
+            state_while_leased = old.state
+        await control.wait_retired()
+        return state_while_leased, float(output["detection_scores"][0]), old.state
+
+    assert client.portal is not None
+    leased_state, score, final_state = client.portal.call(scenario)
+    assert (leased_state, final_state) == ("ready", "stopped")
+    assert score == pytest.approx(1.0)
+    assert runtime.get("toy", None).version == "2"
 
 
 def test_a_failed_load_leaves_the_serving_version_untouched(make_client: MakeClient, repo: Path) -> None:
