@@ -51,8 +51,9 @@ class Settings(BaseSettings):
     # (several and none declared: requests must name one; see service/default_model.py).
     default_model: str | None = None
     # The live model repository (Open Inference Protocol repository extension): POST /v2/repository/index
-    # and /v2/repository/models/{name}/load|unload, behind the API key when keys are set; False: not served.
-    repository_api: bool = True
+    # and /v2/repository/models/{name}/load|unload, behind the API key when keys are set. Off by default (as
+    # Triton's model control mode "none"): without keys anyone who reaches the port could unload models.
+    repository_api: bool = False
     # Poll the repository folder every this many seconds: load new or changed models, unload removed ones.
     repository_poll_s: float | None = Field(default=None, gt=0)
 

@@ -51,7 +51,7 @@ def metric(client: TestClient, line_start: str) -> float:
 
 
 def test_load_swaps_to_the_new_version_and_frees_the_old(make_client: MakeClient, repo: Path) -> None:
-    client = make_client(repo)
+    client = make_client(repo, repository_api=True)
     old = runtime_of(client).get("toy", None)
     assert detect(client).json()["version"] == "1"
     add_toy_model(repo, "toy", "2")
@@ -73,7 +73,7 @@ def test_load_swaps_to_the_new_version_and_frees_the_old(make_client: MakeClient
 
 
 def test_loading_unchanged_files_keeps_the_serving_version(make_client: MakeClient, repo: Path) -> None:
-    client = make_client(repo)
+    client = make_client(repo, repository_api=True)
     serving = runtime_of(client).get("toy", None)
     assert client.post("/v2/repository/models/toy/load").status_code == 200
     assert runtime_of(client).get("toy", None) is serving and serving.ready
@@ -82,7 +82,7 @@ def test_loading_unchanged_files_keeps_the_serving_version(make_client: MakeClie
 def test_a_request_in_flight_finishes_on_the_old_version(
     make_client: MakeClient, gated: GatedFactory, repo: Path
 ) -> None:
-    client = make_client(repo)
+    client = make_client(repo, repository_api=True)
     old_backend = gated.backends["toy"]
     old_backend.gate.clear()
     with ThreadPoolExecutor(1) as pool:
@@ -102,7 +102,7 @@ def test_a_version_swapped_out_keeps_serving_the_requests_that_resolved_it(
 ) -> None:
     """A request that resolved version 1 before the switch (e.g. still uploading its body) is admitted
     and computed by version 1 afterwards; version 1 is freed only when that request let go of it."""
-    client = make_client(repo)
+    client = make_client(repo, repository_api=True)
     runtime = runtime_of(client)
     app: Any = client.app
     control: ModelControl = app.state.control
@@ -127,7 +127,7 @@ def test_a_version_swapped_out_keeps_serving_the_requests_that_resolved_it(
 
 
 def test_a_failed_load_leaves_the_serving_version_untouched(make_client: MakeClient, repo: Path) -> None:
-    client = make_client(repo)
+    client = make_client(repo, repository_api=True)
     broken = add_toy_model(repo, "toy", "2")
     manifest = json.loads((broken / MANIFEST_FILE).read_text())
     (broken / MANIFEST_FILE).write_text(json.dumps({**manifest, "max_detections": 0}))
@@ -150,7 +150,7 @@ def test_a_failed_load_leaves_the_serving_version_untouched(make_client: MakeCli
 
 def test_unload_then_load_again(make_client: MakeClient, repo: Path) -> None:
     add_toy_model(repo, "other")
-    client = make_client(repo, default_model="toy")
+    client = make_client(repo, default_model="toy", repository_api=True)
     assert client.post("/v2/repository/models/toy/unload").status_code == 200
     missing = detect(client)
     assert missing.status_code == 404
@@ -165,7 +165,7 @@ def test_unload_then_load_again(make_client: MakeClient, repo: Path) -> None:
 
 
 def test_unloading_every_model_fails_readiness_with_a_reason(make_client: MakeClient, repo: Path) -> None:
-    client = make_client(repo)
+    client = make_client(repo, repository_api=True)
     assert client.post("/v2/repository/models/toy/unload").status_code == 200
     ready = client.get("/health/ready")
     assert ready.status_code == 503 and ready.json()["detail"] == {"models": "none loaded"}
@@ -173,7 +173,7 @@ def test_unloading_every_model_fails_readiness_with_a_reason(make_client: MakeCl
 
 
 def test_load_refuses_unknown_names_and_overrides(make_client: MakeClient, repo: Path) -> None:
-    client = make_client(repo)
+    client = make_client(repo, repository_api=True)
     assert "not in the repository" in client.post("/v2/repository/models/ghost/load").json()["error"]
     assert client.post("/v2/repository/models/..x/load").status_code == 400
     override = client.post("/v2/repository/models/toy/load", json={"parameters": {"config": "{}"}})
@@ -194,7 +194,7 @@ def test_polling_loads_new_versions_and_unloads_removed_models(make_client: Make
 
 
 def test_concurrent_loads_of_one_model_are_serialized(make_client: MakeClient, repo: Path) -> None:
-    client = make_client(repo)
+    client = make_client(repo, repository_api=True)
     add_toy_model(repo, "toy", "2")
     results: list[int] = []
     threads = [

@@ -54,7 +54,7 @@ def bytes_request(images: list[bytes]) -> tuple[dict[str, Any], bytes]:
 
 
 def test_server_metadata_and_health(make_client: MakeClient, multi_repo: Path) -> None:
-    client = make_client(multi_repo)
+    client = make_client(multi_repo, repository_api=True)
     assert client.get("/v2").json() == {
         "name": "detect",
         "version": client.app.version,  # type: ignore[attr-defined]
@@ -65,8 +65,8 @@ def test_server_metadata_and_health(make_client: MakeClient, multi_repo: Path) -
     assert client.get("/v2/models/masks/ready").json() == {"name": "masks", "ready": True}
 
 
-def test_repository_api_can_be_turned_off(make_client: MakeClient, toy_repo: Path) -> None:
-    client = make_client(toy_repo, repository_api=False)
+def test_repository_api_is_off_unless_asked_for(make_client: MakeClient, toy_repo: Path) -> None:
+    client = make_client(toy_repo)
     assert "model_repository" not in client.get("/v2").json()["extensions"]
     assert client.post("/v2/repository/index").status_code == 404
     assert client.post("/v2/repository/models/toy/unload").status_code == 404
@@ -215,7 +215,7 @@ def test_unknown_model_metadata_is_404(client: TestClient) -> None:
 
 
 def test_api_keys_guard_inference_and_repository_not_health(make_client: MakeClient, toy_repo: Path) -> None:
-    client = make_client(toy_repo, api_keys="s3cret")
+    client = make_client(toy_repo, api_keys="s3cret", repository_api=True)
     assert client.get("/v2/health/ready").status_code == 200
     assert client.get("/v2/health/live").status_code == 200
     assert client.get("/v2/models/toy").status_code == 401

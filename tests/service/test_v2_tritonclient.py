@@ -21,7 +21,12 @@ from service_testkit import Server, add_toy_model, encode
 
 pytestmark = pytest.mark.slow
 
-ENV = {"DETECT_INTRA_OP_THREADS": "1", "DETECT_ACCESS_LOG": "false", "DETECT_MAX_QUEUE_DELAY_MS": "2"}
+ENV = {
+    "DETECT_INTRA_OP_THREADS": "1",
+    "DETECT_ACCESS_LOG": "false",
+    "DETECT_MAX_QUEUE_DELAY_MS": "2",
+    "DETECT_REPOSITORY_API": "true",
+}
 
 
 def start(repo: Path) -> Server:
