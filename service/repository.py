@@ -16,7 +16,11 @@ from pydantic import ValidationError
 from service.manifest import MANIFEST_FILE, Manifest
 
 # Allowed model file suffixes per manifest format.
-_SUFFIXES: dict[str, tuple[str, ...]] = {"onnx": (".onnx",), "tensorrt": (".plan", ".engine")}
+_SUFFIXES: dict[str, tuple[str, ...]] = {
+    "onnx": (".onnx",),
+    "tensorrt": (".plan", ".engine"),
+    "openvino": (".xml",),  # OpenVINO IR: the graph, with its weights in the .bin of the same name
+}
 
 
 class RepositoryError(Exception):
@@ -69,6 +73,10 @@ def _read_entry(name: str, version_dir: Path) -> ModelEntry:
         raise RepositoryError(
             f"{model_path}: format {manifest.format!r} expects a file ending in "
             f"{' or '.join(_SUFFIXES[manifest.format])}"
+        )
+    if manifest.format == "openvino" and not model_path.with_suffix(".bin").is_file():
+        raise RepositoryError(
+            f"{model_path}: OpenVINO IR without its weights {model_path.with_suffix('.bin').name}"
         )
     return ModelEntry(name=name, version=version_dir.name, directory=version_dir, manifest=manifest)
 
