@@ -2,7 +2,10 @@
 
 One `DynamicBatcher` serves one loaded model. Each request waits on its own future. A batch starts with
 the oldest waiting request and closes when it is full, when ``max_queue_delay_s`` has passed since that
-first request arrived, or just before the earliest deadline in it would pass. Inference runs in a
+first request arrived, or just before the earliest deadline in it would pass. With ``dispatch_when_idle``
+a batch also closes as soon as the worker is idle: a request that finds nothing running starts at once
+instead of waiting out the delay for company, and batches still form from what arrives while the worker
+is busy (the delay then only matters with the option off). Inference runs in a
 dedicated thread, so the next batch forms while the current one runs; if the worker is still busy when
 a batch closes, the batch keeps filling (up to the maximum size) until the worker is free, because it
 could not start any sooner.
@@ -36,7 +39,7 @@ In = TypeVar("In")
 Out = TypeVar("Out")
 
 # Why a batch was dispatched; the label values of the batch-close metric.
-CLOSE_REASONS = ("full", "delay", "deadline", "drain")
+CLOSE_REASONS = ("full", "delay", "deadline", "drain", "idle")
 
 # A batch closes this long before its earliest deadline, so that request can still start in time.
 DEFAULT_DEADLINE_MARGIN_S = 0.002
@@ -91,6 +94,7 @@ class DynamicBatcher(Generic[In, Out]):
         max_queue_size: int,
         metrics: BatcherMetrics | None = None,
         deadline_margin_s: float = DEFAULT_DEADLINE_MARGIN_S,
+        dispatch_when_idle: bool = False,
     ):
         if not isinstance(max_batch_size, int) or max_batch_size < 1:
             raise ValueError(f"max_batch_size must be an integer >= 1, got {max_batch_size!r}")
@@ -103,6 +107,7 @@ class DynamicBatcher(Generic[In, Out]):
         self.max_queue_delay_s = float(max_queue_delay_s)
         self.max_queue_size = max_queue_size
         self.deadline_margin_s = deadline_margin_s
+        self.dispatch_when_idle = dispatch_when_idle
         self._run_batch = run_batch
         self._metrics: BatcherMetrics = metrics or _NoMetrics()
 
@@ -318,6 +323,8 @@ class DynamicBatcher(Generic[In, Out]):
             return "delay"
         if any(p.deadline - self.deadline_margin_s <= now for p in batch):
             return "deadline"
+        if self.dispatch_when_idle and self._worker_idle:
+            return "idle"
         return None
 
     async def _wait_for_change(self, timeout: float | None) -> None:

@@ -160,6 +160,9 @@ class ModelRuntime:
         try:
             model.state = "loading"
             model.backend = await asyncio.to_thread(self._factory, model.entry, self.settings)
+            self._metrics.model_loaded(
+                model.name, model.version, model.backend.description, model.backend.inference_precision
+            )
             if self.settings.warmup:
                 model.state = "warming"
                 await asyncio.to_thread(model.warmup)
@@ -170,6 +173,7 @@ class ModelRuntime:
                 max_queue_delay_s=model.batching.max_queue_delay_s,
                 max_queue_size=model.batching.max_queue_size,
                 metrics=model.metrics,
+                dispatch_when_idle=self.settings.dispatch_when_idle,
             )
             model.batcher.start()
             model.state = "ready"

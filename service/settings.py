@@ -64,6 +64,9 @@ class Settings(BaseSettings):
     max_batch_size: int = Field(default=8, gt=0)
     max_queue_delay_ms: float = Field(default=5.0, ge=0)
     max_queue_size: int = Field(default=64, gt=0)
+    # A request that finds its model's worker idle starts at once; batches form from what arrives while
+    # the worker is busy. False: it waits up to max_queue_delay_ms for others to batch with.
+    dispatch_when_idle: bool = True
     model_overrides: dict[str, ModelOverride] = Field(default_factory=dict)
 
     # A request that cannot start inference within this time of arriving is answered 504.
