@@ -28,13 +28,16 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from exporters.compare import Detections
 from service.backends import Backend, load_artifact
+from service.imaging import resize_for_network
 from service.manifest import MANIFEST_FILE, Manifest
 from service.settings import Settings
 
@@ -151,27 +154,33 @@ def time_interleaved(
 def measure_ap(variants: list[Variant], backends: list[Backend], data: str, max_images: int | None) -> None:
     """COCO AP (and mask AP) of each variant on ``data``'s validation split, through its backend."""
     from exporters.coco_ap import coco_metrics
-    from exporters.compare import Detections
     from exporters.verify import manifest_to_original
-    from service.imaging import resize_for_network
     from training.train import default_split
 
     split = default_split(data, "val")
     for v, backend in zip(variants, backends, strict=True):
         m = backend.manifest
-        batch = min(8, backend.max_batch_size)
         metrics = coco_metrics(
-            {"v": lambda images, b=backend: Detections.from_contract(b.infer(images))},
+            {"v": _detector(backend)},
             root=data,
             split=split,
             categories=[{"id": label.coco_id, "name": label.name} for label in m.labels],
-            resize=lambda image, spec=m.input: resize_for_network(image, spec)[0],
-            batch_size=batch,
+            resize=_service_resize(m),
+            batch_size=min(8, backend.max_batch_size),
             max_images=max_images,
             to_original=manifest_to_original(m),
         )["v"]
         v.ap = metrics["bbox"]["AP"]
         v.mask_ap = metrics["segm"]["AP"] if "segm" in metrics else None
+
+
+def _detector(backend: Backend) -> Callable[[np.ndarray], list[Detections]]:
+    return lambda images: Detections.from_contract(backend.infer(images))
+
+
+def _service_resize(manifest: Manifest) -> Callable[[np.ndarray], np.ndarray]:
+    """The service's resize (`service.imaging`), so AP is measured on exactly what is served."""
+    return lambda image: resize_for_network(image, manifest.input)[0]
 
 
 def compare_runtimes(args: argparse.Namespace, batch_sizes: list[int]) -> dict[str, Any]:

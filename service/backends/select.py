@@ -152,6 +152,16 @@ def resolve_backend(
     )
 
 
+def served_precision(manifest_precision: str, settings: Settings) -> str:
+    """The precision an artifact is to run at: ``DETECT_OPENVINO_PRECISION`` overrides the manifest's
+    floating-point precision (so "auto" takes a bf16 request to OpenVINO rather than ignoring it)."""
+    if settings.openvino_precision == "bf16" and manifest_precision in ("fp32", "bf16"):
+        return "bf16"
+    if settings.openvino_precision == "f32" and manifest_precision == "bf16":
+        return "fp32"
+    return manifest_precision
+
+
 def create_backend(entry: ModelEntry, settings: Settings) -> Backend:
     """Load ``entry``'s artifact on the backend ``settings.backend`` resolves to on this machine.
 
@@ -160,7 +170,10 @@ def create_backend(entry: ModelEntry, settings: Settings) -> Backend:
     manifest = entry.manifest
     batch = settings.batching_for(entry.name, manifest.max_batch_size).max_batch_size
     kind = resolve_backend(
-        settings.backend, manifest.format, precision=manifest.precision, max_batch_size=batch
+        settings.backend,
+        manifest.format,
+        precision=served_precision(manifest.precision, settings),
+        max_batch_size=batch,
     )
     if kind == "tensorrt":
         from service.backends.tensorrt_backend import TensorRTBackend

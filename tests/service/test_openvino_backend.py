@@ -251,3 +251,10 @@ def test_int8_manifest_reads(tmp_path: Path) -> None:
     manifest = Manifest.read(SSD300).model_copy(update={"precision": "int8", "format": "openvino"})
     manifest.write(tmp_path)
     assert Manifest.read(tmp_path).precision == "int8"
+
+
+def test_auto_follows_a_bf16_setting_to_openvino(tmp_path: Path) -> None:
+    (entry,) = scan_repository(add_toy_model(tmp_path / "repo", "toy").parent.parent)
+    backend = create_backend(entry, settings(tmp_path, openvino_precision="bf16"))  # batch 8, fp32 artifact
+    assert isinstance(backend, OpenVinoBackend) and backend.inference_precision == "bf16"
+    assert not isinstance(create_backend(entry, settings(tmp_path)), OpenVinoBackend)  # f32 at batch 8: ORT
