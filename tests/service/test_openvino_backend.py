@@ -194,23 +194,21 @@ def test_v1_models_and_metrics_report_the_precision_in_effect(
 
 
 @pytest.mark.parametrize(
-    ("model_format", "precision", "max_batch", "expected"),
+    ("model_format", "precision", "expected"),
     [
-        ("onnx", "fp32", 8, "cpu"),
-        ("onnx", "fp32", 1, "openvino"),
-        ("onnx", "fp16", 1, "cpu"),
-        ("onnx", "bf16", 8, "openvino"),
-        ("onnx", "int8", 8, "openvino"),
-        ("openvino", "int8", 1, "openvino"),
-        ("openvino", "fp32", 8, "openvino"),
+        ("onnx", "fp32", "cpu"),
+        ("onnx", "fp16", "cpu"),
+        ("onnx", "bf16", "openvino"),
+        ("onnx", "int8", "openvino"),
+        ("openvino", "int8", "openvino"),
+        ("openvino", "fp32", "openvino"),
     ],
 )
-def test_auto_on_the_cpu(model_format: str, precision: str, max_batch: int, expected: str) -> None:
+def test_auto_on_the_cpu(model_format: str, precision: str, expected: str) -> None:
     kind = resolve_backend(
         "auto",
         model_format,
         precision=precision,
-        max_batch_size=max_batch,
         providers=["CPUExecutionProvider"],
         has_gpu=False,
         openvino=True,
@@ -243,7 +241,7 @@ def test_missing_openvino_is_said_clearly(
 
 
 def test_without_openvino_fp32_stays_on_onnxruntime() -> None:
-    kind = resolve_backend("auto", "onnx", max_batch_size=1, providers=[], has_gpu=False, openvino=False)
+    kind = resolve_backend("auto", "onnx", providers=[], has_gpu=False, openvino=False)
     assert kind == "cpu"
 
 
@@ -255,6 +253,6 @@ def test_int8_manifest_reads(tmp_path: Path) -> None:
 
 def test_auto_follows_a_bf16_setting_to_openvino(tmp_path: Path) -> None:
     (entry,) = scan_repository(add_toy_model(tmp_path / "repo", "toy").parent.parent)
-    backend = create_backend(entry, settings(tmp_path, openvino_precision="bf16"))  # batch 8, fp32 artifact
+    backend = create_backend(entry, settings(tmp_path, openvino_precision="bf16"))  # an fp32 artifact
     assert isinstance(backend, OpenVinoBackend) and backend.inference_precision == "bf16"
-    assert not isinstance(create_backend(entry, settings(tmp_path)), OpenVinoBackend)  # f32 at batch 8: ORT
+    assert not isinstance(create_backend(entry, settings(tmp_path)), OpenVinoBackend)  # fp32: ORT
