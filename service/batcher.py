@@ -354,11 +354,8 @@ class DynamicBatcher(Generic[In, Out]):
         started = time.monotonic()
         try:
             outputs = await loop.run_in_executor(self._executor, self._run_batch, [p.item for p in batch])
-            if len(outputs) != len(batch):
-                raise BackendError(
-                    f"model {self.name!r} returned {len(outputs)} results for {len(batch)} inputs"
-                )
         except asyncio.CancelledError:
+            self._worker_done(len(batch), started)
             for pending in batch:
                 if not pending.future.done():
                     pending.future.set_exception(
@@ -366,26 +363,38 @@ class DynamicBatcher(Generic[In, Out]):
                     )
             raise
         except Exception as exc:
-            logger.error("batcher %r: batch of %d failed: %s", self.name, len(batch), exc, exc_info=exc)
-            message = (
-                exc.message
-                if isinstance(exc, ServiceError)
-                else f"inference failed: {type(exc).__name__}: {exc}"
+            self._worker_done(len(batch), started)
+            self._fail_batch(batch, exc)
+            return
+        # The worker is free before the results are handed out, so the next batch is dispatched first
+        # (its wake-up is queued ahead of the waiters') and inference does not wait on their responses.
+        self._worker_done(len(batch), started)
+        if len(outputs) != len(batch):
+            error = BackendError(
+                f"model {self.name!r} returned {len(outputs)} results for {len(batch)} inputs"
             )
-            for pending in batch:
-                if not pending.future.done():
-                    pending.future.set_exception(BackendError(f"model {self.name!r}: {message}"))
-        else:
-            for pending, output in zip(batch, outputs, strict=True):
-                if not pending.future.done():
-                    pending.future.set_result(output)
-        finally:
-            elapsed = time.monotonic() - started
-            self._metrics.inference(elapsed)
-            self.batch_times.observe(len(batch), elapsed)
-            self._running_size = 0
-            self._worker_idle = True
-            self._changed.set()
+            self._fail_batch(batch, error)
+            return
+        for pending, output in zip(batch, outputs, strict=True):
+            if not pending.future.done():
+                pending.future.set_result(output)
+
+    def _worker_done(self, size: int, started: float) -> None:
+        elapsed = time.monotonic() - started
+        self._metrics.inference(elapsed)
+        self.batch_times.observe(size, elapsed)
+        self._running_size = 0
+        self._worker_idle = True
+        self._changed.set()
+
+    def _fail_batch(self, batch: list[_Pending[In, Out]], exc: Exception) -> None:
+        logger.error("batcher %r: batch of %d failed: %s", self.name, len(batch), exc, exc_info=exc)
+        message = (
+            exc.message if isinstance(exc, ServiceError) else f"inference failed: {type(exc).__name__}: {exc}"
+        )
+        for pending in batch:
+            if not pending.future.done():
+                pending.future.set_exception(BackendError(f"model {self.name!r}: {message}"))
 
     def _on_loop_done(self, task: asyncio.Task[None]) -> None:
         if task.cancelled():
