@@ -5,6 +5,8 @@ used, OpenVINO IR artifacts load; and the rules by which "auto" picks a runtime.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -256,3 +258,18 @@ def test_auto_follows_a_bf16_setting_to_openvino(tmp_path: Path) -> None:
     backend = create_backend(entry, settings(tmp_path, openvino_precision="bf16"))  # an fp32 artifact
     assert isinstance(backend, OpenVinoBackend) and backend.inference_precision == "bf16"
     assert not isinstance(create_backend(entry, settings(tmp_path)), OpenVinoBackend)  # fp32: ORT
+
+
+def test_openvino_backend_imports_no_torch_or_onnx() -> None:
+    code = (
+        "import sys, numpy as np\n"
+        "from service.backends import load_artifact\n"
+        f"b = load_artifact({str(SSD300)!r}, 'openvino')\n"
+        "b.infer(np.zeros((1, 300, 300, 3), np.uint8))\n"
+        "roots = {m.split('.')[0] for m in sys.modules}\n"
+        "print(sorted(roots & {'torch', 'torchvision', 'training', 'onnx'}))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert result.stdout.strip() == "[]"
