@@ -106,7 +106,7 @@ class OpenVinoBackend(Backend):
             )
         self._request = self._compiled.create_infer_request()
         logger.info(
-            "openvino %s: %s compiled in %.2fs (%s, cache %s)",
+            "openvino %s: %s loaded in %.2fs (%s, compile cache %s)",
             self._version,
             model_path,
             self.load_seconds,
