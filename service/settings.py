@@ -9,6 +9,7 @@ Per-model batching overrides come as JSON, e.g.::
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -21,8 +22,14 @@ LogLevel = Literal["critical", "error", "warning", "info", "debug"]
 
 
 def _default_openvino_cache() -> Path:
-    """``$XDG_CACHE_HOME/detect/openvino`` (default ``~/.cache/detect/openvino``)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    """``$XDG_CACHE_HOME/detect/openvino`` (default ``~/.cache/detect/openvino``; without a home folder,
+    under the temporary folder)."""
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base:
+        try:
+            base = str(Path.home() / ".cache")
+        except (KeyError, RuntimeError):  # no $HOME and no passwd entry for this user
+            base = tempfile.gettempdir()
     return Path(base) / "detect" / "openvino"
 
 
