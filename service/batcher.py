@@ -2,7 +2,10 @@
 
 One `DynamicBatcher` serves one loaded model. Each request waits on its own future. A batch starts with
 the oldest waiting request and closes when it is full, when ``max_queue_delay_s`` has passed since that
-first request arrived, or just before the earliest deadline in it would pass. Inference runs in a
+first request arrived, or just before the earliest deadline in it would pass. With ``dispatch_when_idle``
+a batch also closes as soon as the worker is idle: a request that finds nothing running starts at once
+instead of waiting out the delay for company, and batches still form from what arrives while the worker
+is busy (the delay then only matters with the option off). Inference runs in a
 dedicated thread, so the next batch forms while the current one runs; if the worker is still busy when
 a batch closes, the batch keeps filling (up to the maximum size) until the worker is free, because it
 could not start any sooner.
@@ -36,7 +39,7 @@ In = TypeVar("In")
 Out = TypeVar("Out")
 
 # Why a batch was dispatched; the label values of the batch-close metric.
-CLOSE_REASONS = ("full", "delay", "deadline", "drain")
+CLOSE_REASONS = ("full", "delay", "deadline", "drain", "idle")
 
 # A batch closes this long before its earliest deadline, so that request can still start in time.
 DEFAULT_DEADLINE_MARGIN_S = 0.002
@@ -92,6 +95,7 @@ class DynamicBatcher(Generic[In, Out]):
         max_queue_size: int,
         metrics: BatcherMetrics | None = None,
         deadline_margin_s: float = DEFAULT_DEADLINE_MARGIN_S,
+        dispatch_when_idle: bool = False,
     ):
         if not isinstance(max_batch_size, int) or max_batch_size < 1:
             raise ValueError(f"max_batch_size must be an integer >= 1, got {max_batch_size!r}")
@@ -104,6 +108,7 @@ class DynamicBatcher(Generic[In, Out]):
         self.max_queue_delay_s = float(max_queue_delay_s)
         self.max_queue_size = max_queue_size
         self.deadline_margin_s = deadline_margin_s
+        self.dispatch_when_idle = dispatch_when_idle
         self._run_batch = run_batch
         self._metrics: BatcherMetrics = metrics or _NoMetrics()
 
@@ -322,6 +327,8 @@ class DynamicBatcher(Generic[In, Out]):
             return "delay"
         if any(p.deadline - self.deadline_margin_s <= now for p in batch):
             return "deadline"
+        if self.dispatch_when_idle and self._worker_idle:
+            return "idle"
         return None
 
     async def _wait_for_change(self, timeout: float | None) -> None:
@@ -353,11 +360,8 @@ class DynamicBatcher(Generic[In, Out]):
         started = time.monotonic()
         try:
             outputs = await loop.run_in_executor(self._executor, self._run_batch, [p.item for p in batch])
-            if len(outputs) != len(batch):
-                raise BackendError(
-                    f"model {self.name!r} returned {len(outputs)} results for {len(batch)} inputs"
-                )
         except asyncio.CancelledError:
+            self._worker_done(batch, started)
             for pending in batch:
                 if not pending.future.done():
                     pending.future.set_exception(
@@ -365,29 +369,41 @@ class DynamicBatcher(Generic[In, Out]):
                     )
             raise
         except Exception as exc:
-            logger.error("batcher %r: batch of %d failed: %s", self.name, len(batch), exc, exc_info=exc)
-            message = (
-                exc.message
-                if isinstance(exc, ServiceError)
-                else f"inference failed: {type(exc).__name__}: {exc}"
+            self._worker_done(batch, started)
+            self._fail_batch(batch, exc)
+            return
+        # The worker is free before the results are handed out, so the next batch is dispatched first
+        # (its wake-up is queued ahead of the waiters') and inference does not wait on their responses.
+        self._worker_done(batch, started)
+        if len(outputs) != len(batch):
+            error = BackendError(
+                f"model {self.name!r} returned {len(outputs)} results for {len(batch)} inputs"
             )
-            for pending in batch:
-                if not pending.future.done():
-                    pending.future.set_exception(BackendError(f"model {self.name!r}: {message}"))
-        else:
-            for pending, output in zip(batch, outputs, strict=True):
-                if not pending.future.done():
-                    pending.future.set_result(output)
-        finally:
-            elapsed = time.monotonic() - started
-            self._metrics.inference(elapsed)
-            for pending in batch:
-                if pending.times is not None:
-                    pending.times["inference"] = elapsed
-            self.batch_times.observe(len(batch), elapsed)
-            self._running_size = 0
-            self._worker_idle = True
-            self._changed.set()
+            self._fail_batch(batch, error)
+            return
+        for pending, output in zip(batch, outputs, strict=True):
+            if not pending.future.done():
+                pending.future.set_result(output)
+
+    def _worker_done(self, batch: list[_Pending[In, Out]], started: float) -> None:
+        elapsed = time.monotonic() - started
+        self._metrics.inference(elapsed)
+        for pending in batch:
+            if pending.times is not None:
+                pending.times["inference"] = elapsed
+        self.batch_times.observe(len(batch), elapsed)
+        self._running_size = 0
+        self._worker_idle = True
+        self._changed.set()
+
+    def _fail_batch(self, batch: list[_Pending[In, Out]], exc: Exception) -> None:
+        logger.error("batcher %r: batch of %d failed: %s", self.name, len(batch), exc, exc_info=exc)
+        message = (
+            exc.message if isinstance(exc, ServiceError) else f"inference failed: {type(exc).__name__}: {exc}"
+        )
+        for pending in batch:
+            if not pending.future.done():
+                pending.future.set_exception(BackendError(f"model {self.name!r}: {message}"))
 
     def _on_loop_done(self, task: asyncio.Task[None]) -> None:
         if task.cancelled():

@@ -89,7 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", help="address to bind (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port to bind (default: 8000; 0 picks a free one)")
     parser.add_argument(
-        "--backend", choices=["auto", "cpu", "cuda", "tensorrt-ep", "tensorrt"], help="inference runtime"
+        "--backend",
+        choices=["auto", "cpu", "openvino", "cuda", "tensorrt-ep", "tensorrt"],
+        help="inference runtime",
     )
     parser.add_argument("--log-level", choices=["critical", "error", "warning", "info", "debug"])
     return parser

@@ -75,8 +75,8 @@ class Manifest(_Strict):
     version: str
     architecture: str  # e.g. "ssd300"
     backbone: str | None = None
-    format: Literal["onnx", "tensorrt"]
-    precision: Literal["fp32", "fp16"] = "fp32"
+    format: Literal["onnx", "tensorrt", "openvino"]
+    precision: Literal["fp32", "fp16", "bf16", "int8"] = "fp32"
     file: str  # model file name inside the version folder
     input: InputSpec
     outputs: tuple[str, ...] = OUTPUT_NAMES

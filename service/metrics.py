@@ -4,7 +4,8 @@ Stage histograms carry a ``model`` label: decode, preprocess, queue_wait, infere
 postprocess (selecting detections), encode (the JSON result: mask pasting, RLE / polygons) or render (the
 boxed image), each once per image, and the end-to-end request time. Batch size is a histogram, so the mean
 batch size is ``rate(detect_batch_size_sum) / rate(detect_batch_size_count)``; why each batch closed is a
-counter by ``reason`` (full | delay | deadline | drain).
+counter by ``reason`` (full | delay | deadline | drain | idle). ``detect_model_info`` labels each loaded
+model version with its runtime and the inference precision in effect.
 """
 
 from __future__ import annotations
@@ -117,6 +118,16 @@ class ServiceMetrics:
         self.model_load_failures = Counter(
             "detect_model_load_failures", "Model versions that failed to load", ["model"], registry=r
         )
+        self.model_info = Gauge(
+            "detect_model_info",
+            "1 per loaded model version, labelled with its runtime and the inference precision in effect",
+            ["model", "version", "backend", "precision"],
+            registry=r,
+        )
+
+    def serving_info(self, model: str, version: str, backend: str, precision: str) -> None:
+        """Record which runtime and inference precision serve ``model``/``version`` (an info gauge)."""
+        self.model_info.labels(model=model, version=version, backend=backend, precision=precision).set(1)
 
     def for_model(self, model: str) -> ModelMetrics:
         """Metrics of one model, with its label series created up front so rates start at zero."""

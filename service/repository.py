@@ -21,7 +21,11 @@ from pydantic import ValidationError
 from service.manifest import MANIFEST_FILE, Manifest
 
 # Allowed model file suffixes per manifest format.
-_SUFFIXES: dict[str, tuple[str, ...]] = {"onnx": (".onnx",), "tensorrt": (".plan", ".engine")}
+_SUFFIXES: dict[str, tuple[str, ...]] = {
+    "onnx": (".onnx",),
+    "tensorrt": (".plan", ".engine"),
+    "openvino": (".xml",),  # OpenVINO IR: the graph, with its weights in the .bin of the same name
+}
 
 
 class RepositoryError(Exception):
@@ -99,12 +103,15 @@ def _read_entry(name: str, version_dir: Path) -> ModelEntry:
             f"{model_path}: format {manifest.format!r} expects a file ending in "
             f"{' or '.join(_SUFFIXES[manifest.format])}"
         )
+    weights = [model_path.with_suffix(".bin")] if manifest.format == "openvino" else []
+    if weights and not weights[0].is_file():
+        raise RepositoryError(f"{model_path}: OpenVINO IR without its weights {weights[0].name}")
     return ModelEntry(
         name=name,
         version=version_dir.name,
         directory=version_dir,
         manifest=manifest,
-        stamp=_stamp(manifest_path, model_path),
+        stamp=_stamp(manifest_path, model_path, *weights),
     )
 
 

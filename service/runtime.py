@@ -146,6 +146,13 @@ class LoadedModel:
             self.backend.infer(np.zeros((size, spec.height, spec.width, 3), dtype=np.uint8))
 
 
+def _info_labels(model: LoadedModel) -> tuple[str, str, str, str] | None:
+    """``detect_model_info``'s labels for a loaded version: model, version, runtime, precision in effect."""
+    if model.backend is None:
+        return None
+    return (model.name, model.version, model.backend.description, model.backend.inference_precision)
+
+
 def _readiness_of(model: LoadedModel) -> Callable[[], float]:
     return lambda: 1.0 if model.ready else 0.0
 
@@ -203,9 +210,14 @@ class ModelRuntime:
 
     def unpublish(self, model: LoadedModel) -> None:
         """Drop ``model``'s readiness series, unless a version of the same number serves in its place."""
-        if self.models.get(model.name, {}).get(model.version) is None:
+        current = self.models.get(model.name, {}).get(model.version)
+        if current is None:
             with suppress(KeyError):  # never published (it failed to load)
                 self._metrics.model_ready.remove(model.name, model.version)
+        labels = _info_labels(model)
+        if labels is not None and (current is None or _info_labels(current) != labels):
+            with suppress(KeyError):
+                self._metrics.model_info.remove(*labels)
 
     async def load(self, model: LoadedModel) -> None:
         """Load, warm up and start ``model``; afterwards its state is ready or failed (with ``error``)."""
@@ -233,6 +245,9 @@ class ModelRuntime:
         try:
             model.state = "loading"
             model.backend = await asyncio.to_thread(self._factory, model.entry, self.settings)
+            labels = _info_labels(model)
+            assert labels is not None
+            self._metrics.serving_info(*labels)
             if self.settings.warmup:
                 model.state = "warming"
                 await asyncio.to_thread(model.warmup)
@@ -243,6 +258,7 @@ class ModelRuntime:
                 max_queue_delay_s=model.batching.max_queue_delay_s,
                 max_queue_size=model.batching.max_queue_size,
                 metrics=model.metrics,
+                dispatch_when_idle=self.settings.dispatch_when_idle,
             )
             model.batcher.start()
             model.state = "ready"

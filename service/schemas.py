@@ -113,6 +113,11 @@ class ModelInfo(BaseModel):
     format: str
     precision: str
     backend: str | None = Field(description="the runtime executing it, once loaded")
+    inference_precision: str | None = Field(
+        default=None,
+        description="floating-point precision the runtime computes in (f32 | f16 | bf16; for an int8 "
+        "artifact, that of its unquantized layers), read back from the runtime once loaded",
+    )
     input: InputSpec
     labels: list[Label]
     has_masks: bool

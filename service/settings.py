@@ -8,15 +8,29 @@ Per-model batching overrides come as JSON, e.g.::
 
 from __future__ import annotations
 
+import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-BackendChoice = Literal["auto", "cpu", "cuda", "tensorrt-ep", "tensorrt"]
+BackendChoice = Literal["auto", "cpu", "cuda", "tensorrt-ep", "tensorrt", "openvino"]
 LogLevel = Literal["critical", "error", "warning", "info", "debug"]
+
+
+def _default_openvino_cache() -> Path:
+    """``$XDG_CACHE_HOME/detect/openvino`` (default ``~/.cache/detect/openvino``; without a home folder,
+    under the temporary folder)."""
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base:
+        try:
+            base = str(Path.home() / ".cache")
+        except (KeyError, RuntimeError):  # no $HOME and no passwd entry for this user
+            base = tempfile.gettempdir()
+    return Path(base) / "detect" / "openvino"
 
 
 class ModelOverride(BaseModel):
@@ -64,6 +78,9 @@ class Settings(BaseSettings):
     max_batch_size: int = Field(default=8, gt=0)
     max_queue_delay_ms: float = Field(default=5.0, ge=0)
     max_queue_size: int = Field(default=64, gt=0)
+    # A request that finds its model's worker idle starts at once; batches form from what arrives while
+    # the worker is busy. False: it waits up to max_queue_delay_ms for others to batch with.
+    dispatch_when_idle: bool = True
     model_overrides: dict[str, ModelOverride] = Field(default_factory=dict)
 
     # A request that cannot start inference within this time of arriving is answered 504.
@@ -113,6 +130,10 @@ class Settings(BaseSettings):
     trt_cache_dir: Path | None = None
     intra_op_threads: int = Field(default=0, ge=0)  # 0 = runtime default
     inter_op_threads: int = Field(default=0, ge=0)  # 0 = runtime default
+    # OpenVINO: the inference precision ("manifest": bf16 for bf16 artifacts, else f32; or force f32 | bf16)
+    # and where compiled models are cached so restarts skip compiling (empty: no cache).
+    openvino_precision: Literal["manifest", "f32", "bf16"] = "manifest"
+    openvino_cache_dir: Path | None = Field(default_factory=lambda: _default_openvino_cache())
     # Threads for decode, resize, mask pasting and rendering (inference has its own thread per model).
     worker_threads: int = Field(default=2, gt=0)
 
@@ -122,6 +143,11 @@ class Settings(BaseSettings):
     access_log: bool = True
     # Run one inference per model before reporting ready (first runs allocate and compile kernels).
     warmup: bool = True
+
+    @field_validator("openvino_cache_dir", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: object) -> object:
+        return None if value == "" else value
 
     def batching_for(self, model_name: str, artifact_max_batch_size: int) -> BatchingConfig:
         """Batching knobs for ``model_name``; the batch size never exceeds what the artifact accepts."""

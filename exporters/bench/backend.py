@@ -291,7 +291,19 @@ def plot(report: dict[str, Any], path: str) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--artifact", required=True, help="artifact folder (models/<name>/<version>)")
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--artifact", help="artifact folder (models/<name>/<version>)")
+    target.add_argument(
+        "--models",
+        nargs="+",
+        help="model and/or artifact folders: every artifact on every CPU runtime and precision, side by "
+        "side, through the service's backends (exporters.bench.runtimes)",
+    )
+    parser.add_argument(
+        "--data", help="with --models: COCO-format folder; AP of each variant on its val split"
+    )
+    parser.add_argument("--max-images", type=int, help="with --data: evaluate on at most this many images")
+    parser.add_argument("--rounds", type=int, default=5, help="with --models: interleaved timing rounds")
     parser.add_argument("--batch-sizes", default="1,2,4,8,16")
     parser.add_argument("--iterations", type=int, default=20, help="timed calls per batch size")
     parser.add_argument("--warmup", type=int, default=3, help="untimed calls per batch size first")
@@ -307,6 +319,8 @@ def run(args: argparse.Namespace) -> int:
     if args.iterations < 1 or args.warmup < 0:
         print("detect-bench backend: error: --iterations must be >= 1 and --warmup >= 0", file=sys.stderr)
         return 2
+    if args.models:
+        return run_comparison(args)
     try:
         report = run_bench(args)
     except (ExportError, ValueError, FileNotFoundError) as exc:
@@ -334,4 +348,28 @@ def run(args: argparse.Namespace) -> int:
     for note in report["notes"]:
         print(f"note: {note}")
     write_outputs(report, args)
+    return 0
+
+
+def run_comparison(args: argparse.Namespace) -> int:
+    from exporters.bench.runtimes import compare_runtimes, format_comparison
+    from service.backends import BackendLoadError
+
+    if args.rounds < 1:
+        print("detect-bench backend: error: --rounds must be >= 1", file=sys.stderr)
+        return 2
+    try:
+        report = compare_runtimes(args, parse_batch_sizes(args.batch_sizes))
+    except (ExportError, ValueError, FileNotFoundError, BackendLoadError) as exc:
+        print(f"detect-bench backend: error: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"{args.rounds} interleaved rounds x {args.iterations} calls per variant and batch size; "
+        f"img/s = batch "
+        f"/ median latency; threads {args.threads or os.cpu_count()}; {platform.machine()}, "
+        f"{os.cpu_count()} CPUs"
+    )
+    print(format_comparison(report))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
     return 0

@@ -16,16 +16,21 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
+
+if TYPE_CHECKING:
+    from exporters.bench.service_backend import BackendThroughput
 
 IMAGE_TYPES = {
     ".jpg": "image/jpeg",
@@ -57,8 +62,13 @@ class HttpLoadResult:
     errors: dict[str, int]  # transport errors by exception type
     mean_batch_size: float | None  # from the server's metrics; None if it formed no batch
     batches: int
+    # CPU the load client itself used over the measured window (cores busy on average): on a small
+    # machine it competes with the server, so a result is only as good as this is small.
+    client_cpu_cores: float = 0.0
     raw_backend: dict[str, object] | None = field(default=None)
     http_over_raw: float | None = None
+    rounds: int = 1
+    latencies_s: list[float] = field(default_factory=list, repr=False)  # not written to --json
 
 
 def load_images(paths: Sequence[str | Path]) -> list[BenchImage]:
@@ -143,24 +153,15 @@ async def run_http_load(
             stop_at = time.monotonic() + warmup_s
             await asyncio.gather(*(client_loop(i, stop_at, False) for i in range(concurrency)))
         before = batch_histogram((await client.get("/metrics")).text, model)
-        started = time.monotonic()
+        started, cpu_started = time.monotonic(), time.process_time()
         stop_at = started + duration_s
         await asyncio.gather(*(client_loop(i, stop_at, True) for i in range(concurrency)))
         elapsed = time.monotonic() - started
+        client_cpu_s = time.process_time() - cpu_started
         after = batch_histogram((await client.get("/metrics")).text, model)
 
     batches = after[1] - before[1]
     ok = len(latencies)
-    latency_ms: dict[str, float] = {}
-    if latencies:
-        ms = np.asarray(latencies) * 1000
-        latency_ms = {
-            "p50": float(np.percentile(ms, 50)),
-            "p90": float(np.percentile(ms, 90)),
-            "p99": float(np.percentile(ms, 99)),
-            "mean": float(ms.mean()),
-            "max": float(ms.max()),
-        }
     return HttpLoadResult(
         url=url,
         model=model,
@@ -169,11 +170,52 @@ async def run_http_load(
         requests=sum(statuses.values()) + sum(errors.values()),
         ok=ok,
         throughput_rps=ok / elapsed,
-        latency_ms=latency_ms,
+        latency_ms=latency_summary(latencies),
         status_counts=dict(sorted(statuses.items())),
         errors=dict(errors),
         mean_batch_size=(after[0] - before[0]) / batches if batches > 0 else None,
         batches=int(batches),
+        client_cpu_cores=client_cpu_s / elapsed,
+        latencies_s=latencies,
+    )
+
+
+def latency_summary(latencies: Sequence[float]) -> dict[str, float]:
+    """p50, p90, p99, mean and max in ms (empty without latencies)."""
+    if not latencies:
+        return {}
+    ms = np.asarray(latencies) * 1000
+    return {
+        "p50": float(np.percentile(ms, 50)),
+        "p90": float(np.percentile(ms, 90)),
+        "p99": float(np.percentile(ms, 99)),
+        "mean": float(ms.mean()),
+        "max": float(ms.max()),
+    }
+
+
+def merge_rounds(rounds: list[HttpLoadResult]) -> HttpLoadResult:
+    """One result from several measured windows: totals, and latencies and batch sizes over all."""
+    first, duration = rounds[0], sum(r.duration_s for r in rounds)
+    latencies = [t for r in rounds for t in r.latencies_s]
+    batches = sum(r.batches for r in rounds)
+    images = sum((r.mean_batch_size or 0.0) * r.batches for r in rounds)
+    return HttpLoadResult(
+        url=first.url,
+        model=first.model,
+        concurrency=first.concurrency,
+        duration_s=duration,
+        requests=sum(r.requests for r in rounds),
+        ok=len(latencies),
+        throughput_rps=len(latencies) / duration,
+        latency_ms=latency_summary(latencies),
+        status_counts=dict(sorted(sum((Counter(r.status_counts) for r in rounds), Counter()).items())),
+        errors=dict(sum((Counter(r.errors) for r in rounds), Counter())),
+        mean_batch_size=images / batches if batches else None,
+        batches=batches,
+        client_cpu_cores=sum(r.client_cpu_cores * r.duration_s for r in rounds) / duration,
+        rounds=len(rounds),
+        latencies_s=latencies,
     )
 
 
@@ -183,7 +225,7 @@ def compare_with_backend(
     images: Sequence[BenchImage],
     duration_s: float,
     threads: int,
-) -> None:
+) -> BackendThroughput:
     """Measure the raw backend at the run's mean batch size and store it and HTTP/raw in ``result``."""
     from exporters.bench.service_backend import measure_backend_throughput
     from service.settings import Settings
@@ -192,20 +234,33 @@ def compare_with_backend(
     raw = measure_backend_throughput(
         model_dir,
         batch_size=batch,
-        images=[image.data for image in images[:batch]],
+        images=[image.data for image in images[:64]],
         duration_s=duration_s,
         model=result.model,
         settings=Settings(intra_op_threads=threads),
     )
-    result.raw_backend = asdict(raw)
-    result.http_over_raw = result.throughput_rps / raw.images_per_s if raw.images_per_s > 0 else math.nan
+    set_raw(result, [raw])
+    return raw
+
+
+def set_raw(result: HttpLoadResult, raws: list[BackendThroughput]) -> None:
+    """Store the raw backend's throughput over ``raws`` (one per round) and HTTP/raw in ``result``."""
+    seconds = sum(r.batches * r.batch_size / r.images_per_s for r in raws)
+    images_per_s = sum(r.batches * r.batch_size for r in raws) / seconds if seconds > 0 else 0.0
+    result.raw_backend = asdict(raws[0]) | {
+        "images_per_s": images_per_s,
+        "batches": sum(r.batches for r in raws),
+        "rounds": len(raws),
+    }
+    result.http_over_raw = result.throughput_rps / images_per_s if images_per_s > 0 else math.nan
 
 
 def format_report(result: HttpLoadResult) -> str:
     lat = result.latency_ms
     lines = [
         f"detect-bench http {result.url} model={result.model or '(default)'} "
-        f"concurrency={result.concurrency} duration={result.duration_s:.1f}s",
+        f"concurrency={result.concurrency} duration={result.duration_s:.1f}s"
+        + (f" in {result.rounds} rounds, each followed by a raw-backend window" if result.rounds > 1 else ""),
         f"requests     {result.requests} (ok {result.ok})   throughput {result.throughput_rps:.2f} img/s",
         (
             f"latency ms   p50 {lat['p50']:.1f}  p90 {lat['p90']:.1f}  p99 {lat['p99']:.1f}  "
@@ -213,6 +268,8 @@ def format_report(result: HttpLoadResult) -> str:
             if lat
             else "latency ms   (no successful request)"
         ),
+        f"client CPU   {result.client_cpu_cores:.2f} cores busy on average (this load client, of "
+        f"{os.cpu_count()} on this machine)",
         "status       "
         + ", ".join(f"{code}: {n}" for code, n in result.status_counts.items())
         + (f"   transport errors: {result.errors}" if result.errors else ""),
@@ -247,31 +304,50 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--backend-threads", type=int, default=0, help="intra-op threads for --compare-backend"
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="split --duration into this many HTTP windows, each followed by an equally long raw backend "
+        "window (with --compare-backend), so load from elsewhere on a shared machine hits both alike",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.rounds < 1:
+        print("detect-bench http: error: --rounds must be >= 1", file=sys.stderr)
+        return 2
     images = load_images(args.images)
-    result = asyncio.run(
-        run_http_load(
-            args.url,
-            images,
-            concurrency=args.concurrency,
-            duration_s=args.duration,
-            model=args.model,
-            warmup_s=args.warmup,
+    window = args.duration / args.rounds
+    rounds: list[HttpLoadResult] = []
+    raws: list[BackendThroughput] = []
+    for index in range(args.rounds):
+        result = asyncio.run(
+            run_http_load(
+                args.url,
+                images,
+                concurrency=args.concurrency,
+                duration_s=window,
+                model=args.model,
+                warmup_s=args.warmup if index == 0 else min(args.warmup, 1.0),
+            )
         )
-    )
-    if args.compare_backend:
-        compare_with_backend(
-            result,
-            args.compare_backend,
-            images,
-            duration_s=min(args.duration, 10.0),
-            threads=args.backend_threads,
-        )
+        rounds.append(result)
+        if args.compare_backend:
+            raw_window = window if args.rounds > 1 else min(window, 10.0)
+            raws.append(
+                compare_with_backend(
+                    result, args.compare_backend, images, duration_s=raw_window, threads=args.backend_threads
+                )
+            )
+    result = merge_rounds(rounds) if len(rounds) > 1 else rounds[0]
+    if raws:
+        set_raw(result, raws)
     print(format_report(result))
     if args.json:
-        args.json.write_text(json.dumps(asdict(result), indent=2) + "\n")
+        report = asdict(result)
+        del report["latencies_s"]
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
     return 0 if result.ok > 0 else 1
 
 

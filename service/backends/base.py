@@ -25,6 +25,9 @@ import numpy as np
 from service.errors import BackendError
 from service.manifest import MASK_OUTPUT, Manifest
 
+# What a manifest's ``precision`` computes in when the runtime does not say otherwise.
+_FLOAT_PRECISION = {"fp32": "f32", "fp16": "f16", "bf16": "bf16", "int8": "f32"}
+
 
 class BackendLoadError(RuntimeError):
     """An artifact cannot be loaded here: missing runtime or GPU, or a graph that contradicts its manifest."""
@@ -38,6 +41,9 @@ class Backend(ABC):
         # Largest batch `infer` accepts; for a fixed-batch artifact, the batch every call is padded to.
         self.max_batch_size: int = manifest.max_batch_size
         self.dynamic_batch: bool = manifest.dynamic_batch
+        # Floating-point precision the runtime computes in (f32 | f16 | bf16; for an INT8 artifact, that of
+        # the layers left unquantized). Runtimes that can change it set what they read back.
+        self.inference_precision: str = _FLOAT_PRECISION.get(manifest.precision, manifest.precision)
 
     @property
     @abstractmethod

@@ -18,7 +18,15 @@ from fastapi import APIRouter, Request, Response
 from service.admission import Resources
 from service.deps import DetectQueryDep, LifecycleDep, ModelDep, ResourcesDep, SettingsDep
 from service.errors import BadRequest, NotAcceptable
-from service.pipeline import ImageOutcome, MaskFormat, boxed_image, json_results, plan_images, run_detection
+from service.pipeline import (
+    INLINE_PLAN_BYTES,
+    ImageOutcome,
+    MaskFormat,
+    boxed_image,
+    json_results,
+    plan_images,
+    run_detection,
+)
 from service.postprocess import DetectParams, parse_class_filter
 from service.render import MEDIA_TYPES
 from service.runtime import LoadedModel
@@ -153,7 +161,12 @@ async def detect(
                 field="format",
             )
         keep_original = fmt != "json"
-        plans = await resources.scheduler.run(0, plan_images, model, uploads.images, resources, keep_original)
+        if sum(len(upload.data) for upload in uploads.images) <= INLINE_PLAN_BYTES:
+            plans = plan_images(model, uploads.images, resources, keep_original)
+        else:
+            plans = await resources.scheduler.run(
+                0, plan_images, model, uploads.images, resources, keep_original
+            )
         model.admit(len(plans), deadline)
         with lifecycle.admitted():
             outcomes = await cancel_on_disconnect(

@@ -23,6 +23,7 @@ def model_info(model: LoadedModel, default_model: str | None) -> ModelInfo:
         format=m.format,
         precision=m.precision,
         backend=model.backend.description if model.backend is not None else None,
+        inference_precision=model.backend.inference_precision if model.backend is not None else None,
         input=m.input,
         labels=list(m.labels),
         has_masks=m.has_masks,

@@ -215,6 +215,7 @@ class GatedBackend(Backend):
         self.inner = inner
         self.max_batch_size = inner.max_batch_size
         self.dynamic_batch = inner.dynamic_batch
+        self.inference_precision = inner.inference_precision
         self.calls: list[list[float]] = []
         self.entered = threading.Event()
         self.gate = threading.Event()

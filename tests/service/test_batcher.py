@@ -324,3 +324,37 @@ def test_arguments_are_validated_eagerly(kwargs: dict[str, Any], message: str) -
     config: dict[str, Any] = {"max_batch_size": 2, "max_queue_delay_s": 0.0, "max_queue_size": 2, **kwargs}
     with pytest.raises(ValueError, match=message):
         DynamicBatcher("bad", lambda items: items, **config)
+
+
+def test_idle_dispatch_starts_a_lone_request_at_once_and_batches_while_busy() -> None:
+    async def scenario() -> None:
+        worker, metrics = Worker(), RecordingMetrics()
+        batcher = make(worker, metrics, max_batch_size=8, max_queue_delay_s=30.0, dispatch_when_idle=True)
+        started = time.monotonic()
+        assert await batcher.submit(1) == 2  # the worker was idle: no 30 s wait for company
+        assert time.monotonic() - started < 5.0
+        worker.gate.clear()
+        first = asyncio.ensure_future(batcher.submit(2))
+        await worker.wait_entered()  # [2] runs (and is held): the next requests find the worker busy
+        rest = [asyncio.ensure_future(batcher.submit(i)) for i in (3, 4, 5)]
+        await until(lambda: batcher.queue_depth == 3)
+        worker.gate.set()
+        assert await asyncio.gather(first, *rest) == [4, 6, 8, 10]
+        assert worker.batches == [[1], [2], [3, 4, 5]]  # the three queued behind the busy worker ran together
+        assert metrics.batches == [(1, "idle"), (1, "idle"), (3, "idle")]
+        await batcher.stop()
+
+    run(scenario)
+
+
+def test_without_idle_dispatch_a_lone_request_waits_out_the_delay() -> None:
+    async def scenario() -> None:
+        worker, metrics = Worker(), RecordingMetrics()
+        batcher = make(worker, metrics, max_batch_size=8, max_queue_delay_s=0.2, dispatch_when_idle=False)
+        started = time.monotonic()
+        assert await batcher.submit(1) == 2
+        assert time.monotonic() - started >= 0.2
+        assert metrics.batches == [(1, "delay")]
+        await batcher.stop()
+
+    run(scenario)

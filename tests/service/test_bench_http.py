@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import httpx
@@ -71,6 +72,7 @@ def test_http_bench_against_a_running_server(toy_repo: Path, tmp_path: Path) -> 
     assert 1.0 <= result["mean_batch_size"] <= 4.0  # at most one request per client in flight
     assert result["raw_backend"]["batch_size"] == max(1, round(result["mean_batch_size"]))
     assert result["http_over_raw"] > 0
+    assert 0 < result["client_cpu_cores"] <= os.cpu_count()  # the client did work, on at most every core
 
 
 def _ready(url: str) -> bool:

@@ -21,10 +21,16 @@ def metric(text: str, name: str) -> float:
 
 @pytest.mark.slow
 def test_sigterm_drains_then_exits(toy_repo: Path) -> None:
-    # A long queue delay keeps one request in flight (waiting for its batch) while the test signals.
+    # A long queue delay (with idle dispatch off) keeps one request in flight, waiting for its batch,
+    # while the test signals.
     server = Server(
         toy_repo,
-        {"DETECT_MAX_QUEUE_DELAY_MS": "1500", "DETECT_INTRA_OP_THREADS": "1", "DETECT_INTER_OP_THREADS": "1"},
+        {
+            "DETECT_MAX_QUEUE_DELAY_MS": "1500",
+            "DETECT_DISPATCH_WHEN_IDLE": "false",
+            "DETECT_INTRA_OP_THREADS": "1",
+            "DETECT_INTER_OP_THREADS": "1",
+        },
     )
     try:
         with httpx.Client(base_url=server.url, timeout=30) as client, ThreadPoolExecutor(1) as pool:
@@ -69,7 +75,12 @@ def test_broken_repository_exits_2_with_a_reason(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_client_disconnect_removes_the_request_before_compute(toy_repo: Path) -> None:
-    env = {"DETECT_MAX_QUEUE_DELAY_MS": "1000", "DETECT_INTRA_OP_THREADS": "1", "DETECT_WARMUP": "false"}
+    env = {
+        "DETECT_MAX_QUEUE_DELAY_MS": "1000",
+        "DETECT_DISPATCH_WHEN_IDLE": "false",
+        "DETECT_INTRA_OP_THREADS": "1",
+        "DETECT_WARMUP": "false",
+    }
     server = Server(toy_repo, env)
     try:
         with httpx.Client(base_url=server.url, timeout=30) as client:

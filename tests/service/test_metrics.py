@@ -62,7 +62,7 @@ def test_stages_batches_and_requests_are_recorded(client: TestClient) -> None:
     assert values[("detect_batch_size_sum", toy)] == 5  # every image went through a batch
     batches = sum(
         values[("detect_batches_total", (("model", "toy"), ("reason", r)))]
-        for r in ("full", "delay", "deadline", "drain")
+        for r in ("full", "delay", "deadline", "drain", "idle")
     )
     assert batches == values[("detect_batch_size_count", toy)]
     assert values[("detect_requests_total", (("code", "200"), ("model", "toy")))] == 3

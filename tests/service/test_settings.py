@@ -113,3 +113,12 @@ def test_impossible_backend_choices_say_why(
 
 def test_engines_always_resolve_to_native_tensorrt() -> None:
     assert resolve_backend("auto", "tensorrt", providers=CPU_ONLY, has_gpu=False) == "tensorrt"
+
+
+def test_openvino_cache_dir_defaults_under_the_user_cache(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert Settings().openvino_cache_dir == tmp_path / "detect" / "openvino"
+    monkeypatch.setenv("DETECT_OPENVINO_CACHE_DIR", "")
+    assert Settings().openvino_cache_dir is None  # empty: no cache

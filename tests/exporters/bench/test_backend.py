@@ -43,3 +43,27 @@ def test_batch_larger_than_the_artifact_allows_is_an_error(
         ["backend", "--artifact", str(exported.directory), "--batch-sizes", "64", "--iterations", "1"]
     )
     assert code == 2 and "exceed the artifact's max batch 32" in capsys.readouterr().err
+
+
+def test_models_compares_runtimes_and_precisions_with_ap(
+    exported: ExportedArtifact, synthetic_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("openvino", reason="the openvino package (serve extra) is not installed")
+    json_path = tmp_path / "runtimes.json"
+    args = ["backend", "--models", str(exported.directory), "--data", str(synthetic_data)]
+    args += ["--batch-sizes", "1,2", "--rounds", "2", "--iterations", "1", "--threads", "1"]
+    assert main([*args, "--json", str(json_path)]) == 0
+    out = capsys.readouterr().out
+    assert "2 interleaved rounds x 1 calls per variant and batch size" in out
+    report = json.loads(json_path.read_text())
+    variants = {v["label"].split(" (")[0]: v for v in report["variants"]}
+    assert list(variants) == ["onnxruntime fp32", "openvino f32", "openvino bf16"]
+    assert [v["inference_precision"] for v in variants.values()] == ["f32", "f32", "bf16"]
+    assert variants["onnxruntime fp32"]["cached_load_s"] is None
+    assert all(variants[name]["cached_load_s"] > 0 for name in ("openvino f32", "openvino bf16"))
+    assert variants["onnxruntime fp32"]["speedup"]["1"] == 1.0
+    for v in variants.values():
+        assert v["images_per_s"]["1"] > 0 and v["images_per_s"]["2"] > 0
+        assert 0.0 <= v["ap"] <= 1.0 and v["mask_ap"] is None
+    # Same graph, same precision, same images: the two f32 runtimes score the same AP.
+    assert abs(variants["openvino f32"]["ap"] - variants["onnxruntime fp32"]["ap"]) < 1e-3

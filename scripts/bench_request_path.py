@@ -1,0 +1,120 @@
+"""Request-path variants side by side: one server per variant, the load client alternating between them.
+
+    .venv/bin/python scripts/bench_request_path.py --model-repository /tmp/int8 --images data/synth/val \
+        --concurrency 1 --rounds 6 --window 3
+
+Each variant is a ``detect-serve`` with its own ``DETECT_*`` settings (default: the previous request path,
+a 5 ms queue delay without idle dispatch, against idle dispatch). Every round drives each server for
+``--window`` seconds in turn and then times the raw backend for as long, so load from elsewhere on a
+shared machine hits all of them alike. Prints img/s, HTTP/raw, latency and the client's CPU per variant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from exporters.bench.http_load import HttpLoadResult, load_images, merge_rounds, run_http_load
+from exporters.bench.service_backend import BackendThroughput, measure_backend_throughput
+
+VARIANTS = {
+    "queue delay 5 ms, no idle dispatch": {
+        "DETECT_DISPATCH_WHEN_IDLE": "false",
+        "DETECT_MAX_QUEUE_DELAY_MS": "5",
+    },
+    "idle dispatch (default)": {},
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start(repository: str, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    full_env = os.environ | {"DETECT_ACCESS_LOG": "false", "DETECT_LOG_LEVEL": "warning"} | env
+    command = [sys.executable, "-m", "service.cli", "--model-repository", repository, "--port", str(port)]
+    process = subprocess.Popen(command, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/health/ready", timeout=5).status_code == 200:
+                return process, url
+        except httpx.HTTPError:
+            pass
+        if process.poll() is not None:
+            raise SystemExit(f"server with {env} exited with {process.returncode}")
+        time.sleep(0.5)
+    process.terminate()
+    raise SystemExit(f"server with {env} did not become ready")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model-repository", required=True, help="a repository holding one model")
+    parser.add_argument("--images", nargs="+", required=True)
+    parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--window", type=float, default=3.0, help="seconds per variant per round")
+    parser.add_argument("--variants", type=json.loads, default=VARIANTS, help="JSON {name: {env}}")
+    args = parser.parse_args()
+    images = load_images(args.images)
+    servers = {name: start(args.model_repository, env) for name, env in args.variants.items()}
+    results: dict[str, list[HttpLoadResult]] = {name: [] for name in servers}
+    raws: list[BackendThroughput] = []
+    try:
+        for _ in range(args.rounds):
+            for name, (_, url) in servers.items():
+                run = run_http_load(
+                    url, images, concurrency=args.concurrency, duration_s=args.window, warmup_s=0.5
+                )
+                results[name].append(asyncio.run(run))
+            last = results[list(servers)[-1]][-1]  # the raw backend runs at the last variant's batch size
+            batch = max(1, round(last.mean_batch_size or 1))
+            raws.append(
+                measure_backend_throughput(
+                    Path(args.model_repository),
+                    batch_size=batch,
+                    images=[i.data for i in images],
+                    duration_s=args.window,
+                )
+            )
+    finally:
+        for process, _ in servers.values():
+            process.terminate()
+            process.wait(30)
+    seconds = sum(r.batches * r.batch_size / r.images_per_s for r in raws)
+    raw = sum(r.batches * r.batch_size for r in raws) / seconds
+    print(
+        f"concurrency {args.concurrency}, {args.rounds} rounds x {args.window:g} s per variant; raw backend "
+        f"{raw:.1f} img/s at batch {raws[-1].batch_size} ({raws[-1].backend})"
+    )
+    for name, rounds in results.items():
+        merged = merge_rounds(rounds)
+        ms = np.asarray(merged.latencies_s) * 1000
+        print(
+            f"{name:40s} {merged.throughput_rps:6.1f} img/s  HTTP/raw {merged.throughput_rps / raw:.2f}  "
+            f"p50 {np.percentile(ms, 50):.1f}  mean {ms.mean():.1f} ms  "
+            f"batch {merged.mean_batch_size or 0:.2f}  "
+            f"client CPU {merged.client_cpu_cores:.2f} cores"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
