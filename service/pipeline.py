@@ -248,25 +248,20 @@ async def json_results(
         if not pixels:
             # No mask to paste: building the response objects takes tens of microseconds, less than the
             # round trip through a worker thread would cost.
-            results.append(_json_result(model, outcome, mask_format))
+            results.append(_json_result(model, outcome, mask_format, stages))
             continue
-        held = (
-            await hold(
-                resources.image_budget,
-                pixels * MASK_BYTES_PER_PIXEL,
-                resources.budget_wait_s,
-                outcome.upload.label,
-            )
-            if pixels
-            else None
+        held = await hold(
+            resources.image_budget,
+            pixels * MASK_BYTES_PER_PIXEL,
+            resources.budget_wait_s,
+            outcome.upload.label,
         )
         try:
             results.append(
                 await resources.scheduler.run(pixels, _json_result, model, outcome, mask_format, stages)
             )
         finally:
-            if held is not None:
-                held.release()
+            held.release()
     return results
 
 
