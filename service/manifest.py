@@ -82,6 +82,7 @@ class Manifest(_Strict):
     outputs: tuple[str, ...] = OUTPUT_NAMES
     labels: tuple[Label, ...]
     score_threshold: float = Field(ge=0.0, le=1.0)
+    display_score_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
     iou_threshold: float = Field(ge=0.0, le=1.0)
     max_detections: int = Field(gt=0)
     # Largest batch the artifact accepts; ``dynamic_batch`` False means exactly ``max_batch_size`` per call.
