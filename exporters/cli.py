@@ -236,9 +236,13 @@ def _run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from training.checkpoint import CheckpointError  # imports torch: after argument parsing
-
     prefix = f"detect-export {args.command}: error:"
+    try:
+        from training.checkpoint import CheckpointError  # imports torch: after argument parsing
+    except ModuleNotFoundError as exc:
+        needs = "detect-export needs the export and train extras (make setup)"
+        print(f"{prefix} {exc}: {needs}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     try:
         return _run(args)
     except GpuRequiredError as exc:
