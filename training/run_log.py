@@ -89,7 +89,12 @@ class RunLog:
         import matplotlib.pyplot as plt
 
         fig, ax = plt.subplots(figsize=(7, 4))
-        ax.plot([r["iteration"] for r in train], [r["loss"] for r in train], label="train loss")
+        ax.plot(
+            [r["iteration"] for r in train],
+            [r["loss"] for r in train],
+            marker="o" if len(train) < 10 else None,  # a short run's few points stay visible
+            label="train loss",
+        )
         ax.set_xlabel("iteration")
         ax.set_ylabel("loss")
         ax.grid(alpha=0.3)
