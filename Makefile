@@ -14,7 +14,7 @@ UV = $(VENV)/bin/uv
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet "uv>=0.5"
-	$(UV) pip install --python $(VENV)/bin/python -e ".[serve,train,export,dev]"
+	$(UV) pip install --python $(VENV)/bin/python -e ".[serve,train,export,dev,bench]"
 	touch $@
 
 setup: $(VENV)/.installed
@@ -23,7 +23,7 @@ setup: $(VENV)/.installed
 $(SERVE_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(SERVE_VENV)
 	$(SERVE_VENV)/bin/python -m pip install --quiet "uv>=0.5"
-	$(SERVE_VENV)/bin/uv pip install --python $(SERVE_VENV)/bin/python -e ".[serve]"
+	$(SERVE_VENV)/bin/uv pip install --python $(SERVE_VENV)/bin/python -e ".[serve,bench]"
 	touch $@
 
 setup-serve: $(SERVE_VENV)/.installed

@@ -3,6 +3,7 @@
     detect-export onnx --checkpoint runs/ssd/checkpoint.pt --output models/ssd300/1
     detect-export verify --artifact models/ssd300/1 --checkpoint runs/ssd/checkpoint.pt [--data DIR]
     detect-export fp16-eval --artifact models/ssd300/1 [--data DIR]
+    detect-export display-threshold --artifact models/ssd300/1 --data DIR
     detect-export trt --artifact models/ssd300/1 --output models/ssd300-trt/1 [--timing-cache FILE]
 
 Exit codes: 0 success; 2 bad input (missing or unreadable file, unknown architecture, existing output,
@@ -80,6 +81,17 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--no-write", action="store_true", help="do not record the results in the manifest")
     verify.add_argument("--json", type=Path, help="also write the full report here")
 
+    display = sub.add_parser(
+        "display-threshold",
+        help="F1-optimal score threshold for drawing boxes, from the artifact alone; into the manifest",
+    )
+    display.add_argument("--artifact", required=True, type=Path, help="an ONNX artifact (fp32 or fp16)")
+    display.add_argument("--data", required=True, help="COCO-format dataset root (its validation split)")
+    display.add_argument("--split", help="dataset split (default: val2017 if present, else val)")
+    display.add_argument("--max-images", type=int, help="use only the first N images (by id)")
+    display.add_argument("--batch-size", type=int, default=8)
+    display.add_argument("--no-write", action="store_true", help="only print it")
+
     fp16 = sub.add_parser("fp16-eval", help="accuracy of the FP16 graph against FP32 (ONNX Runtime, CPU)")
     fp16.add_argument("--artifact", required=True, type=Path, help="the FP32 ONNX artifact")
     fp16.add_argument("--fp16", type=Path, help="FP16 ONNX to evaluate (default: convert the artifact)")
@@ -98,12 +110,26 @@ def build_parser() -> argparse.ArgumentParser:
     trt.add_argument("--workspace-gb", type=float, help="builder workspace limit (default: TensorRT's)")
     trt.add_argument("--timing-cache", type=Path, help="timing cache file, read if present and updated")
     _add_data_arguments(trt, "FP32 and FP16 before building")
+    trt.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="build even when FP16 is out of tolerance against FP32 (the accuracy is still recorded)",
+    )
     trt.add_argument("--force", action="store_true", help="replace an existing output folder")
     return parser
 
 
-def _print_report(report: dict[str, Any], json_path: Path | None) -> None:
+# What skips each command's gate, named in its failure message.
+_SKIP_HINTS = {
+    "verify": "detect-export onnx --no-verify exports without this check",
+    "fp16-eval": "detect-export trt --no-verify builds without this check",
+}
+
+
+def _print_report(report: dict[str, Any], json_path: Path | None, command: str) -> None:
     print(f"{'PASSED' if report['passed'] else 'FAILED'}: {report.get('summary', '')}".rstrip(": "))
+    if not report["passed"]:
+        print(f"({_SKIP_HINTS[command]})")
     if json_path is not None:
         json_path.write_text(json.dumps(report, indent=2) + "\n")
 
@@ -148,8 +174,21 @@ def _run(args: argparse.Namespace) -> int:
             max_images=args.max_images,
             write=not args.no_write,
         )
-        _print_report(report, args.json)
+        _print_report(report, args.json, args.command)
         return 0 if report["passed"] else EXIT_VERIFICATION
+    if args.command == "display-threshold":
+        from exporters.verify import artifact_display_threshold
+
+        display = artifact_display_threshold(
+            args.artifact, args.data, args.split, args.batch_size, args.max_images, write=not args.no_write
+        )
+        print(
+            f"display_score_threshold {display['threshold']:.4f}: F1 {display['f1']:.3f} (precision "
+            f"{display['precision']:.3f}, recall {display['recall']:.3f}; {display['detections_kept']} of "
+            f"{display['detections']} detections kept, {display['ground_truth']} objects, IoU 0.5, classes "
+            f"pooled) on {display['dataset']}" + ("" if args.no_write else f"; written to {args.artifact}")
+        )
+        return 0
     if args.command == "fp16-eval":
         from exporters.fp16 import fp16_eval
 
@@ -167,7 +206,7 @@ def _run(args: argparse.Namespace) -> int:
                 else []
             )
         )
-        _print_report(report, args.json)
+        _print_report(report, args.json, args.command)
         return 0 if report["passed"] else EXIT_VERIFICATION
     if args.command == "trt":
         from exporters.tensorrt_build import TensorRTExportRequest, export_tensorrt
@@ -187,6 +226,7 @@ def _run(args: argparse.Namespace) -> int:
                 name=args.name,
                 version=args.version,
                 force=args.force,
+                verify=not args.no_verify,
             )
         )
         print(f"wrote {args.output}/{manifest.file} and manifest.json (format {manifest.format}, fp16)")
@@ -196,9 +236,13 @@ def _run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from training.checkpoint import CheckpointError  # imports torch: after argument parsing
-
     prefix = f"detect-export {args.command}: error:"
+    try:
+        from training.checkpoint import CheckpointError  # imports torch: after argument parsing
+    except ModuleNotFoundError as exc:
+        needs = "detect-export needs the export and train extras (make setup)"
+        print(f"{prefix} {exc}: {needs}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     try:
         return _run(args)
     except GpuRequiredError as exc:

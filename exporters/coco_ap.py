@@ -129,7 +129,32 @@ def coco_metrics(
     max_images: int | None = None,
     to_original: ToOriginal = stretch_to_original,
 ) -> dict[str, dict[str, dict[str, float]]]:
-    """``{detector: {"bbox": 12 metrics, "segm": 12 metrics (mask models)}}``.
+    """``{detector: {"bbox": 12 metrics, "segm": 12 metrics (mask models)}}``; see :func:`coco_evaluators`."""
+    evaluators = coco_evaluators(
+        detectors,
+        root=root,
+        split=split,
+        categories=categories,
+        resize=resize,
+        batch_size=batch_size,
+        max_images=max_images,
+        to_original=to_original,
+    )
+    return {name: ev.stats for name, ev in evaluators.items()}
+
+
+def coco_evaluators(
+    detectors: dict[str, Detector],
+    *,
+    root: str,
+    split: str,
+    categories: list[dict[str, Any]],
+    resize: Resize,
+    batch_size: int = 8,
+    max_images: int | None = None,
+    to_original: ToOriginal = stretch_to_original,
+) -> dict[str, CocoEvaluator]:
+    """Per detector name its evaluated :class:`CocoEvaluator` (``stats``, and ``results`` in pixels).
 
     ``categories[i]["id"]`` is class i's COCO id (categories named ``N/A``, torchvision's placeholders
     for unused COCO ids, may be absent from the dataset). ``resize`` makes the network input,
@@ -155,4 +180,6 @@ def coco_metrics(
             for dets, image_id, size in zip(detect(images), image_ids, sizes, strict=True):
                 results.extend(_results(dets, image_id, size, category_ids, to_original))
             evaluators[name].update(results, image_ids)
-    return {name: ev.accumulate_and_summarize(verbose=False) for name, ev in evaluators.items()}
+    for evaluator in evaluators.values():
+        evaluator.accumulate_and_summarize(verbose=False)
+    return evaluators

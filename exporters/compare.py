@@ -1,12 +1,19 @@
 """Comparing an exported graph's outputs with a reference: raw tensors, the output contract, detections.
 
 Detections are matched, not compared row by row: two runtimes may order equal scores differently (and
-an untrained model has many near-equal scores), which legitimately swaps rows, or swaps which of two
-tied candidates survives NMS or the cut at K. A detection left unmatched counts as *explained* when its
-score lies within the score tolerance of the score threshold or of either side's last kept score when
-that side holds K rows (the cut at K), or when the other side has an unmatched detection of the same
-class and score that overlaps it by more than the NMS IoU (NMS kept the other of two tied boxes).
-Anything else is a real disagreement.
+a young model has many equal scores, often exactly 1.0), which legitimately swaps rows, or swaps which of
+several tied candidates survives NMS or the cut at K. A detection left unmatched counts as *explained*
+when its score lies within the score tolerance of the score threshold or of either side's last kept
+score when that side holds K rows (the cut at K), or when the other side has an unmatched detection of
+the same class and score that overlaps it by more than the NMS IoU (NMS kept the other of two tied
+boxes), or when the other side has an explained unmatched detection of the same class, a score at least
+as high and an overlap above the NMS IoU (the box that suppressed it on that side exists only there, so
+a tie decided it: NMS cascades from one swapped tie). Anything else is a real disagreement.
+
+Box coordinates are compared relative to their magnitude (``|a - b| <= tol * max(1, |a|, |b|)``):
+a young model's size codes overflow ``exp`` and decode to boxes millions of input widths wide (or
+infinite), where float32 itself carries errors far above any absolute tolerance. Non-finite coordinates
+must be equal (the same infinity). Arithmetic on such boxes runs in float64 without numpy warnings.
 """
 
 from __future__ import annotations
@@ -55,11 +62,20 @@ class Detections:
 
 
 def raw_errors(reference: np.ndarray, actual: np.ndarray) -> dict[str, float]:
-    """``max_abs_error`` and ``max_rel_error`` (max abs error / max |reference|) of two same-shape arrays."""
+    """``max_abs_error`` and ``max_rel_error`` (max abs error / max |reference|) of two same-shape arrays.
+
+    Equal non-finite values count as no error; a non-finite value on one side only (an FP16 overflow,
+    say) is an infinite error. The scale is the largest finite |reference|.
+    """
     if reference.shape != actual.shape:
         raise ValueError(f"shape mismatch: reference {reference.shape}, actual {actual.shape}")
-    diff = np.abs(reference.astype(np.float64) - actual.astype(np.float64))
-    scale = float(np.abs(reference).max()) if reference.size else 0.0
+    ref, got = reference.astype(np.float64), actual.astype(np.float64)
+    finite = np.isfinite(ref) & np.isfinite(got)
+    same = (ref == got) | (np.isnan(ref) & np.isnan(got))
+    with np.errstate(all="ignore"):
+        diff = np.where(finite, np.abs(ref - got), np.where(same, 0.0, np.inf))
+    finite_ref = np.abs(ref[np.isfinite(ref)])
+    scale = float(finite_ref.max()) if finite_ref.size else 0.0
     max_abs = float(diff.max()) if diff.size else 0.0
     return {"max_abs_error": max_abs, "max_rel_error": max_abs / scale if scale > 0 else max_abs}
 
@@ -106,8 +122,14 @@ def contract_problems(outputs: dict[str, np.ndarray], batch: int, max_detections
     return problems
 
 
+def _finite64(boxes: np.ndarray) -> np.ndarray:
+    """float64 copy with infinities replaced by +-1e150 (products stay finite) and NaN by 0."""
+    return np.nan_to_num(boxes.astype(np.float64), nan=0.0, posinf=1e150, neginf=-1e150)
+
+
 def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
-    """IoU of one x1y1x2y2 box with ``boxes [N, 4]``."""
+    """IoU of one x1y1x2y2 box with ``boxes [N, 4]`` (float64; huge or infinite boxes allowed)."""
+    box, boxes = _finite64(box), _finite64(boxes)
     lt = np.maximum(box[:2], boxes[:, :2])
     rb = np.minimum(box[2:], boxes[:, 2:])
     inter = np.prod(np.clip(rb - lt, 0, None), axis=1)
@@ -115,6 +137,19 @@ def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
     areas = np.prod(np.clip(boxes[:, 2:] - boxes[:, :2], 0, None), axis=1)
     union = area + areas - inter
     return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
+
+
+def box_errors(boxes: np.ndarray, box: np.ndarray) -> np.ndarray:
+    """Per row of ``boxes [N, 4]``: the largest coordinate error against ``box [4]``, relative to
+    ``max(1, |a|, |b|)`` (absolute for normalized boxes); 0 where both are the same non-finite value,
+    inf where only one is finite or they are different non-finite values."""
+    a, b = boxes.astype(np.float64), box.astype(np.float64)[None, :]
+    both_finite = np.isfinite(a) & np.isfinite(b)
+    same = (a == b) | (np.isnan(a) & np.isnan(b))
+    with np.errstate(all="ignore"):
+        scale = np.maximum(1.0, np.maximum(np.abs(a), np.abs(b)))
+        err = np.where(both_finite, np.abs(a - b) / scale, np.where(same, 0.0, np.inf))
+    return err.max(axis=1, initial=0.0)
 
 
 def match_detections(
@@ -127,7 +162,8 @@ def match_detections(
     iou_threshold: float,
     max_detections: int,
 ) -> dict[str, Any]:
-    """Greedy one-to-one matching (same class, score and every box coordinate within tolerance).
+    """Greedy one-to-one matching (same class, score within ``score_tol`` and every box coordinate
+    within ``box_tol`` relative to its magnitude, see :func:`box_errors`).
 
     Returns counts (``reference``, ``actual``, ``matched``, ``unexplained``, see the module docstring),
     the largest box and score errors over matched pairs, and the pairs themselves (``pairs``: (reference
@@ -138,36 +174,52 @@ def match_detections(
     box_err = score_err = 0.0
     pairs: list[tuple[int, int]] = []
     for i in range(len(actual.scores)):
+        errors = box_errors(reference.boxes, actual.boxes[i])
         candidates = np.flatnonzero(
             ~used
             & (reference.classes == actual.classes[i])
             & (np.abs(reference.scores - actual.scores[i]) <= score_tol)
-            & (np.abs(reference.boxes - actual.boxes[i]).max(axis=1, initial=0.0) <= box_tol)
+            & (errors <= box_tol)
         )
         if candidates.size:
             j = candidates[np.argmin(np.abs(reference.scores[candidates] - actual.scores[i]))]
             used[j] = matched_actual[i] = True
             pairs.append((int(j), int(i)))
-            box_err = max(box_err, float(np.abs(reference.boxes[j] - actual.boxes[i]).max()))
+            box_err = max(box_err, float(errors[j]))
             score_err = max(score_err, float(abs(reference.scores[j] - actual.scores[i])))
     boundaries = [score_threshold]
     for side in (reference, actual):
         if len(side.scores) == max_detections and len(side.scores):
             boundaries.append(float(side.scores.min()))
 
-    def explained(
-        dets: Detections, i: int | np.integer[Any], others: Detections, others_left: np.ndarray
-    ) -> bool:
-        score = float(dets.scores[i])
-        if any(abs(b - score) <= score_tol for b in boundaries):
-            return True
-        tied = (
-            others_left & (others.classes == dets.classes[i]) & (np.abs(others.scores - score) <= score_tol)
-        )
-        return bool(np.any(_iou(dets.boxes[i], others.boxes[tied]) > iou_threshold - 1e-6))
-
-    unexplained = sum(not explained(reference, i, actual, ~matched_actual) for i in np.flatnonzero(~used))
-    unexplained += sum(not explained(actual, i, reference, ~used) for i in np.flatnonzero(~matched_actual))
+    sides = ((reference, ~used), (actual, ~matched_actual))
+    explained = [np.zeros(len(d.scores), dtype=bool) for d, _ in sides]
+    for k, (dets, left) in enumerate(sides):
+        others, others_left = sides[1 - k]
+        for row in np.flatnonzero(left):
+            score = float(dets.scores[row])
+            tied = (
+                others_left
+                & (others.classes == dets.classes[row])
+                & (np.abs(others.scores - score) <= score_tol)
+            )
+            explained[k][row] = any(abs(b - score) <= score_tol for b in boundaries) or bool(
+                np.any(_iou(dets.boxes[row], others.boxes[tied]) > iou_threshold - 1e-6)
+            )
+    changed = True
+    while changed:  # NMS cascades: suppressed on one side by an explained box only that side kept
+        changed = False
+        for k, (dets, left) in enumerate(sides):
+            others, _ = sides[1 - k]
+            for row in np.flatnonzero(left & ~explained[k]):
+                suppressors = (
+                    explained[1 - k]
+                    & (others.classes == dets.classes[row])
+                    & (others.scores >= dets.scores[row] - score_tol)
+                )
+                if np.any(_iou(dets.boxes[row], others.boxes[suppressors]) > iou_threshold - 1e-6):
+                    explained[k][row] = changed = True
+    unexplained = sum(int((left & ~done).sum()) for (_, left), done in zip(sides, explained, strict=True))
     return {
         "reference": len(reference.scores),
         "actual": len(actual.scores),

@@ -251,7 +251,10 @@ def export_onnx(request: OnnxExportRequest) -> Manifest:
             artifact_model, wrapper, settings, raw_names, tolerances=tolerances_for(request.weight_storage)
         )
         if not verification["passed"]:
-            raise VerificationError(f"exported graph does not match eager PyTorch: {verification['summary']}")
+            raise VerificationError(
+                f"exported graph does not match eager PyTorch: {verification['summary']} "
+                "(nothing written; --no-verify exports without this check)"
+            )
 
     height, width = wrapper.input_size
     manifest = Manifest(

@@ -25,7 +25,14 @@ import onnxruntime as ort
 from onnx import ModelProto
 
 from exporters.artifact import read_artifact, utc_now
-from exporters.coco_ap import Detector, Resize, ToOriginal, coco_metrics, stretch_resize, stretch_to_original
+from exporters.coco_ap import (
+    Detector,
+    Resize,
+    ToOriginal,
+    coco_evaluators,
+    stretch_resize,
+    stretch_to_original,
+)
 from exporters.compare import (
     Detections,
     contract_problems,
@@ -34,6 +41,7 @@ from exporters.compare import (
     raw_errors,
     summarize_matches,
 )
+from exporters.display_threshold import f1_optimal_threshold
 from exporters.errors import ExportError, InvalidModelError
 from exporters.onnx_graph import load_checked, with_outputs
 from exporters.postprocess_graph import PostprocessSettings
@@ -41,6 +49,7 @@ from exporters.runtime import cpu_session, run_contract
 from exporters.wrappers import ExportWrapper, get_wrapper
 from service.manifest import MANIFEST_FILE, Manifest
 from training.checkpoint import load_checkpoint, sha256_file
+from training.coco_eval import CocoEvaluator
 from training.data.letterbox import letterbox_geometry, letterbox_resize
 
 
@@ -51,6 +60,11 @@ class Tolerances:
     raw_rel: float = 1e-4
     box: float = 1e-4
     score: float = 1e-5
+    # A score moves by at most twice its logits' error (softmax; sigmoid a quarter of it), and a young
+    # model's logits reach 1e5, where float32 rounding alone is ~1e-2: matching uses
+    # max(score, min(score_cap, 2 x the batch's largest raw abs error)). The raw outputs are still held to
+    # ``raw_rel``, so a broken graph fails there.
+    score_cap: float = 1e-3
     ap: float = 1e-3
     # Mask models: largest difference of a matched detection's mask probabilities.
     mask: float = 1e-3
@@ -58,7 +72,7 @@ class Tolerances:
 
 # Weights stored as float16 (``--weight-storage float16``) round every weight by up to 2**-11 relative:
 # the raw outputs and detections move by ~1e-3, so they are compared looser; AP keeps its tolerance.
-FP16_WEIGHTS_TOLERANCES = Tolerances(raw_rel=1e-2, box=1e-2, score=1e-2, ap=1e-3, mask=5e-2)
+FP16_WEIGHTS_TOLERANCES = Tolerances(raw_rel=1e-2, box=1e-2, score=1e-2, ap=1e-3, mask=5e-2, score_cap=1e-2)
 
 
 def tolerances_for(weight_storage: str) -> Tolerances:
@@ -148,13 +162,17 @@ def verify_model(
     matches = []
     references: list[Detections] = []
     actuals: list[Detections] = []
+    score_tols: list[float] = []
     for batch in batches:
         raw_ort = raw_session.run(raw_names, {"images": batch})
         raw_eager = wrapper.raw_outputs(batch)
+        batch_abs = 0.0
         for name, got, ref in zip(raw_names, raw_ort, raw_eager, strict=True):
             err = raw_errors(ref.numpy(), got)
+            batch_abs = max(batch_abs, err["max_abs_error"])
             for key in err:
                 raw_report[name][key] = max(raw_report[name][key], err[key])
+        score_tols.append(max(tol.score, min(tol.score_cap, 2 * batch_abs)))
         outputs = run_contract(session, batch)
         problems += [
             f"batch of {batch.shape[0]}: {p}"
@@ -171,7 +189,7 @@ def verify_model(
                     ref_dets,
                     got_dets,
                     box_tol=tol.box,
-                    score_tol=tol.score,
+                    score_tol=score_tols[-1],
                     score_threshold=settings.score_threshold,
                     iou_threshold=settings.iou_threshold,
                     max_detections=settings.max_detections,
@@ -199,6 +217,7 @@ def verify_model(
         "reference": "eager PyTorch: training's preprocessing, network, post-processing (export thresholds)",
         "batch_sizes": [int(b.shape[0]) for b in batches],
         "tolerances": asdict(tol),
+        "score_tolerances_used": score_tols,
         "raw_outputs": raw_report,
         "contract": {"passed": not problems, "problems": problems},
         "detections": detections,
@@ -292,7 +311,7 @@ def verify_artifact(
         from training.train import default_split
 
         split = split or default_split(data, "val")
-        metrics = coco_metrics(
+        evaluators = coco_evaluators(
             {"eager": eager_detector(wrapper, settings), "onnx": onnx_detector(cpu_session(model))},
             root=data,
             split=split,
@@ -302,6 +321,7 @@ def verify_artifact(
             max_images=max_images,
             to_original=wrapper.to_original,
         )
+        metrics = {name: ev.stats for name, ev in evaluators.items()}
         stats = {name: m["bbox"] for name, m in metrics.items()}
         delta = stats["onnx"]["AP"] - stats["eager"]["AP"]
         report["coco"] = {
@@ -315,6 +335,10 @@ def verify_artifact(
             "onnx": stats["onnx"],
         }
         report["summary"] += f"; COCO AP eager {stats['eager']['AP']:.4f} onnx {stats['onnx']['AP']:.4f}"
+        display = _display_threshold(evaluators["onnx"], data, split)
+        if display is not None:
+            report["display_threshold"] = display
+            report["summary"] += f"; display threshold {display['threshold']:.4f} (F1 {display['f1']:.3f})"
         report["passed"] = report["passed"] and abs(delta) <= tol.ap
         if wrapper.mask_size is not None:  # mask AP of both, through the same pasting and pycocotools
             segm = {name: m.get("segm", dict.fromkeys(("AP",), 0.0)) for name, m in metrics.items()}
@@ -330,6 +354,8 @@ def verify_artifact(
             report["passed"] = report["passed"] and abs(segm_delta) <= tol.ap
     if write:
         update: dict[str, Any] = {"verification": report}
+        if "display_threshold" in report:
+            update["display_score_threshold"] = report["display_threshold"]["threshold"]
         if "coco" in report:
             update["metrics"] = {
                 "coco_ap": report["coco"]["onnx_ap"],
@@ -338,6 +364,58 @@ def verify_artifact(
                 "bbox": report["coco"]["onnx"],
                 **({"segm": report["coco"]["onnx_segm"]} if "onnx_segm" in report["coco"] else {}),
                 **({"checkpoint": manifest.metrics} if manifest.metrics else {}),
+                **({"display_threshold": display} if (display := report.get("display_threshold")) else {}),
             }
         write_manifest(manifest.model_copy(update=update), artifact_dir)
     return report
+
+
+def _display_threshold(evaluator: CocoEvaluator, data: str, split: str) -> dict[str, Any] | None:
+    """The F1-optimal display threshold of an evaluated detector (``exporters.display_threshold``), with
+    where it was measured; None when the split gives nothing to choose from (no detection)."""
+    try:
+        chosen = f1_optimal_threshold(evaluator.coco_gt, evaluator.results)
+    except ValueError:
+        return None
+    method = "F1-optimal, IoU 0.5, classes pooled"
+    return {**chosen.to_dict(), "dataset": f"{data} ({split})", "method": method}
+
+
+def artifact_display_threshold(
+    artifact_dir: str | Path,
+    data: str,
+    split: str | None = None,
+    batch_size: int = 8,
+    max_images: int | None = None,
+    write: bool = True,
+) -> dict[str, Any]:
+    """``detect-export display-threshold``: the artifact alone (no checkpoint) in ONNX Runtime on a
+    COCO-format split; writes ``display_score_threshold`` (and ``metrics.display_threshold``)."""
+    from training.train import default_split
+
+    artifact_dir = Path(artifact_dir)
+    manifest, model_path = read_artifact(artifact_dir)
+    if manifest.format != "onnx":
+        raise InvalidModelError(f"{artifact_dir} holds a {manifest.format} artifact; need an ONNX one")
+    split = split or default_split(data, "val")
+    evaluator = coco_evaluators(
+        {"onnx": onnx_detector(cpu_session(load_checked(model_path)))},
+        root=data,
+        split=split,
+        categories=[{"id": label.coco_id, "name": label.name} for label in manifest.labels],
+        resize=manifest_resize(manifest),
+        batch_size=batch_size,
+        max_images=max_images,
+        to_original=manifest_to_original(manifest),
+    )["onnx"]
+    display = _display_threshold(evaluator, data, split)
+    if display is None:
+        raise ExportError(f"the model detected nothing on {data} ({split}): no display threshold to choose")
+    display["coco_ap"] = evaluator.stats["bbox"]["AP"]
+    if write:
+        metrics = {**manifest.metrics, "display_threshold": display}
+        write_manifest(
+            manifest.model_copy(update={"display_score_threshold": display["threshold"], "metrics": metrics}),
+            artifact_dir,
+        )
+    return display

@@ -21,17 +21,12 @@ import socket
 import sys
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import uvicorn
-from pydantic import ValidationError
 
-from service.app import create_app
-from service.auth import ApiKeyError
-from service.http_protocol import protocol_class
-from service.lifecycle import Lifecycle
-from service.memory import limit_heap_growth
-from service.repository import RepositoryError
-from service.settings import Settings
+if TYPE_CHECKING:
+    from service.lifecycle import Lifecycle
 
 logger = logging.getLogger("service.cli")
 
@@ -99,6 +94,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # Imported after parsing, so --help answers at once (FastAPI and the app take ~1 s to import).
+    from pydantic import ValidationError
+
+    from service.app import create_app
+    from service.auth import ApiKeyError
+    from service.http_protocol import protocol_class
+    from service.memory import limit_heap_growth
+    from service.repository import RepositoryError
+    from service.settings import Settings
+
     overrides = {key: value for key, value in vars(args).items() if value is not None}
     try:
         settings = Settings(**overrides)

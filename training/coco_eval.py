@@ -46,6 +46,8 @@ class CocoEvaluator:
         self.results: list[dict[str, Any]] = []
         self.image_ids: list[int] = []
         self.stats: dict[str, dict[str, float]] = {}
+        # pycocotools' printed summary (the 12-line table) per IoU type, for logs.
+        self.summaries: dict[str, str] = {}
 
     def update(self, results: list[dict[str, Any]], image_ids: list[int]) -> None:
         self.results.extend(results)
@@ -82,6 +84,7 @@ class CocoEvaluator:
                 evaluator.evaluate()
                 evaluator.accumulate()
                 evaluator.summarize()
+            self.summaries[iou_type] = out.getvalue()
             if verbose:
                 print(f"COCO {iou_type}:\n{out.getvalue()}", end="")
             stats = np.asarray(evaluator.stats, dtype=float)

@@ -59,6 +59,8 @@ def train_one_epoch(
     model.train()
     iteration = start_iter
     total = len(loader) if isinstance(loader, Sized) else None
+    if total is not None and max_iters is not None:  # the bar ends where the run will stop
+        total = max(0, min(total, max_iters - start_iter))
     bar = tqdm(loader, total=total, desc=f"epoch {epoch}", disable=not show_progress, leave=False)
     window_start, window_images, window_loss, window_steps = time.perf_counter(), 0, 0.0, 0
     for batch in bar:
@@ -97,6 +99,17 @@ def train_one_epoch(
                 }
             )
             window_start, window_images, window_loss, window_steps = time.perf_counter(), 0, 0.0, 0
+    if window_steps:  # the steps since the last record: every run with a step has a loss to plot
+        on_log(
+            {
+                "event": "train",
+                "epoch": epoch,
+                "iteration": iteration,
+                "loss": window_loss / window_steps,
+                "lr": optimizer.param_groups[0]["lr"],
+                "images_per_s": window_images / (time.perf_counter() - window_start),
+            }
+        )
     return iteration
 
 

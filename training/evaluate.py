@@ -18,17 +18,6 @@ from training.tasks import get_task
 from training.train import default_split
 
 
-def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument("--checkpoint", required=True)
-    parser.add_argument("--data", required=True, help="COCO-format dataset root")
-    parser.add_argument("--split", help="default: val2017 if present, else val")
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    parser.add_argument("--results", help="write the detections as a COCO results JSON here")
-    return parser
-
-
 def run_eval(
     checkpoint: str,
     data: str,

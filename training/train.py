@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -18,99 +16,13 @@ from torch.nn.parallel import DistributedDataParallel
 
 from training import distributed
 from training.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from training.config import PRESETS, TrainConfig, make_config
+from training.config import TrainConfig
 from training.data.coco import resolve_split
 from training.ema import ModelEma
 from training.engine import evaluate, train_one_epoch
-from training.models.registry import model_names
 from training.optim import build_scheduler, build_sgd
 from training.run_log import RunLog
 from training.tasks import get_task
-
-
-def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument("--preset", choices=sorted(PRESETS), help="named recipe; flags below override it")
-    parser.add_argument("--model", choices=model_names())
-    parser.add_argument("--backbone", help="resnet18 | resnet34 | resnet50 | resnet101 | resnet152")
-    parser.add_argument("--backbone-weights", help="torchvision ImageNet weights file for the backbone")
-    parser.add_argument(
-        "--weights", help="initial weights of the whole model (a checkpoint or a published file), strict"
-    )
-    parser.add_argument(
-        "--model-arg",
-        dest="model_args",
-        action=ModelArgAction,
-        metavar="KEY=VALUE",
-        help="architecture argument, repeatable (VALUE as JSON, else a string), e.g. image_size=256; "
-        "replaces the preset's value for KEY",
-    )
-    parser.add_argument("--data", required=True, help="COCO-format dataset root (images + annotations/)")
-    parser.add_argument("--train-split")
-    parser.add_argument("--val-split")
-    parser.add_argument("--output", help="run directory for checkpoints, logs and plots")
-    parser.add_argument("--epochs", type=int)
-    parser.add_argument("--max-iters", type=int)
-    parser.add_argument("--batch-size", type=int, help="per process")
-    parser.add_argument(
-        "--base-lr", type=float, help="LR for 32 images per step; scaled by world x batch / 32"
-    )
-    parser.add_argument("--momentum", type=float)
-    parser.add_argument("--weight-decay", type=float)
-    parser.add_argument("--schedule", choices=["multistep", "cosine"])
-    parser.add_argument("--milestones", type=int, nargs="+", help="epochs at which multistep decays x0.1")
-    parser.add_argument("--warmup-iters", type=int)
-    parser.add_argument("--pipeline", choices=["dali", "torch"])
-    parser.add_argument("--workers", type=int)
-    parser.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"])
-    parser.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=None)
-    parser.add_argument("--eval-every", type=int, help="evaluate every N epochs (and after the last)")
-    parser.add_argument("--eval-batch-size", type=int)
-    parser.add_argument("--log-interval", type=int)
-    parser.add_argument("--seed", type=int)
-    parser.add_argument("--device", choices=["auto", "cpu", "cuda"])
-    parser.add_argument("--resume", help="checkpoint to continue from (model, optimizer, schedule, step)")
-    parser.add_argument(
-        "--ema-decay", type=float, help="EMA of the weights per step (evaluated, checkpointed, exported)"
-    )
-    parser.add_argument(
-        "--clip-grad-norm", type=float, help="clip the global gradient L2 norm to this before each step"
-    )
-    parser.add_argument(
-        "--scale-jitter",
-        type=float,
-        nargs=2,
-        metavar=("LOW", "HIGH"),
-        help="efficientdet-d0: random scale range of the train-time resize (default 0.1 2.0)",
-    )
-    return parser
-
-
-class ModelArgAction(argparse.Action):
-    """Collects ``--model-arg KEY=VALUE`` into a dict (values parsed as JSON when they are JSON)."""
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: str | Sequence[Any] | None,
-        option_string: str | None = None,
-    ) -> None:
-        key, sep, raw = str(values).partition("=")
-        if not sep or not key.strip():
-            parser.error(f"{option_string} expects KEY=VALUE, got {values!r}")
-        try:
-            value = json.loads(raw)
-        except json.JSONDecodeError:
-            value = raw
-        setattr(namespace, self.dest, {**(getattr(namespace, self.dest) or {}), key.strip(): value})
-
-
-def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    overrides = {k: v for k, v in vars(args).items() if k not in {"preset", "command", "func", "model_args"}}
-    if args.model_args:
-        preset_args = PRESETS[args.preset].get("model_args", {}) if args.preset else {}
-        overrides["model_args"] = {**preset_args, **args.model_args}
-    return make_config(args.preset, **overrides)
 
 
 def default_split(root: str, kind: str) -> str:
@@ -280,7 +192,10 @@ def _train(cfg: TrainConfig, info: distributed.DistInfo) -> dict[str, Any]:
                 coco_gt=coco_gt,
                 categories=categories,
                 device=device,
+                verbose=False,
             )
+            for iou_type, table in evaluator.summaries.items():  # the full table: train.log only
+                log.note(f"COCO {iou_type} at epoch {epoch}, iteration {iteration}:\n{table}")
             segm = {"segm": evaluator.stats["segm"]} if "segm" in evaluator.stats else {}
             metrics = {"bbox": evaluator.stats["bbox"], **segm, "split": val_split, "epoch": epoch}
             mask_ap = {f"segm_{k}": v for k, v in segm.get("segm", {}).items()}
@@ -312,8 +227,23 @@ def _train(cfg: TrainConfig, info: distributed.DistInfo) -> dict[str, Any]:
             log.plot()
         distributed.barrier()
         model.train()
-    log.write({"event": "end", "iteration": iteration, "seconds": time.perf_counter() - run_start, **metrics})
+    seconds = time.perf_counter() - run_start
+    log.write({"event": "end", "iteration": iteration, "seconds": seconds, **metrics})
+    log.echo(closing_line(output, iteration, seconds, metrics))
     return metrics
+
+
+def closing_line(output: Path, iteration: int, seconds: float, metrics: dict[str, Any]) -> str:
+    """``done: ...`` with the checkpoint, the last evaluation's AP and the wall time."""
+    bbox = metrics.get("bbox")
+    ap = f"AP {bbox['AP']:.4f} (AP50 {bbox['AP50']:.4f})" if bbox else "not evaluated"
+    minutes, secs = divmod(round(seconds), 60)
+    plot = output / "loss.png"
+    return (
+        f"done: iteration {iteration}, {ap}, {minutes} min {secs} s; checkpoint {output / 'checkpoint.pt'}"
+        + (f", loss plot {plot}" if plot.exists() else "")
+        + f", log {output / 'train.log'}"
+    )
 
 
 def load_initial_weights(model: nn.Module, model_name: str, path: str) -> None:

@@ -32,12 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnxruntime as ort
 
 from exporters.artifact import read_artifact
 from exporters.errors import ExportError
-from exporters.onnx_graph import extract, load_checked
-from exporters.runtime import cpu_session
 from service.manifest import Manifest
 
 COLUMNS = ("runtime", "batch", "img/s", "avg ms", "p90 ms", "p95 ms", "p99 ms")
@@ -123,6 +120,11 @@ def _onnx_path(artifact: Path, manifest: Manifest, model_path: Path) -> Path | N
 
 
 def run_bench(args: argparse.Namespace) -> dict[str, Any]:
+    import onnxruntime as ort  # the serve extra; onnx (below) is the export extra's
+
+    from exporters.onnx_graph import load_checked
+    from exporters.runtime import cpu_session
+
     artifact = Path(args.artifact)
     manifest, model_path = read_artifact(artifact)
     batch_sizes = parse_batch_sizes(args.batch_sizes)
@@ -220,6 +222,8 @@ def postprocess_share(
     full graph ms, and post-processing / network. (For a two-stage model, Mask R-CNN, the second half
     is proposal selection, RoI heads, NMS and masks: its raw tensors are the FPN and RPN head outputs.)
     """
+    from exporters.onnx_graph import extract
+    from exporters.runtime import cpu_session
     from exporters.verify import raw_names_from_manifest
 
     raw = raw_names_from_manifest(manifest)

@@ -3,7 +3,9 @@
     detect-bench http --url http://127.0.0.1:8000 --concurrency 16 --duration 20 --images DIR
 
 To add a subcommand, write a module with ``add_arguments(parser)`` and ``run(args) -> int`` and add one
-line to `SUBCOMMANDS`; modules are imported only when the parser is built.
+line to `SUBCOMMANDS`. Modules import their heavy dependencies (httpx, onnxruntime, onnx, torch) inside
+the functions that run, so ``--help`` is fast and works on any install; a run that misses one says
+which extra provides it.
 """
 
 from __future__ import annotations
@@ -13,12 +15,17 @@ import importlib
 import sys
 from typing import Protocol, cast
 
-# name -> (module implementing it, one-line help)
-SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "http": ("exporters.bench.http_load", "load-test a running detect-serve over HTTP"),
+# name -> (module implementing it, one-line help, the install that provides what it needs)
+SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
+    "http": (
+        "exporters.bench.http_load",
+        "load-test a running detect-serve over HTTP",
+        "the bench extra: make setup-serve, or pip install -e '.[serve,bench]'",
+    ),
     "backend": (
         "exporters.bench.backend",
         "latency/throughput of an artifact per batch size (ORT, TensorRT, eager)",
+        "the export extra (and train for --eager-checkpoint): make setup",
     ),
 }
 
@@ -28,10 +35,14 @@ class SubcommandModule(Protocol):
     def run(self, args: argparse.Namespace) -> int: ...
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with ``only``, just that subcommand's module is imported (the others are listed)."""
     parser = argparse.ArgumentParser(prog="detect-bench", description="Benchmarks for exported detectors.")
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for name, (module_name, help_text) in SUBCOMMANDS.items():
+    for name, (module_name, help_text, _) in SUBCOMMANDS.items():
+        if only is not None and name != only:
+            subparsers.add_parser(name, help=help_text)
+            continue
         try:
             module = cast(SubcommandModule, importlib.import_module(module_name))
         except ImportError as exc:
@@ -46,13 +57,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _unavailable(name: str, exc: ImportError) -> int:
-    print(f"detect-bench {name}: unavailable here: {exc} (install the dev extra: pip install 'detect[dev]')")
+    print(f"detect-bench {name}: error: {exc}; install {SUBCOMMANDS[name][2]}", file=sys.stderr)
     return 2
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return int(args.run(args))
+    argv = sys.argv[1:] if argv is None else argv
+    # Import only the subcommand asked for: `detect-bench --help` imports none of them.
+    words = [a for a in argv if not a.startswith("-")]
+    args = build_parser(words[0] if words else "").parse_args(argv)
+    try:
+        return int(args.run(args))
+    except ModuleNotFoundError as exc:
+        return _unavailable(args.command, exc)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ counts, and the mean batch size the server formed during the run (the delta of i
 at that mean batch size in the same run and prints HTTP / raw: the share of compute throughput that
 survives serving.
 
-Imports no torch; needs httpx (dev extra).
+Imports no torch; needs httpx (the ``bench`` extra, which ``make setup-serve`` installs), imported
+when a run starts so ``--help`` works without it.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import httpx
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -120,6 +120,8 @@ async def run_http_load(
         raise ValueError(
             f"need concurrency >= 1, duration > 0 and images; got {concurrency}, {duration_s}, {len(images)}"
         )
+    import httpx
+
     params = {"model": model} if model else {}
     latencies: list[float] = []
     statuses: Counter[str] = Counter()
@@ -314,6 +316,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import httpx  # noqa: F401  (missing: detect-bench names the extra before any work is done)
+
     if args.rounds < 1:
         print("detect-bench http: error: --rounds must be >= 1", file=sys.stderr)
         return 2

@@ -100,6 +100,16 @@ def test_cli_train_and_eval(tiny_coco: Path, tmp_path: Path, capsys: pytest.Capt
         ]
     )
     assert rc == 0
+    # One step (log interval 20): still a loss to plot. The terminal gets one line per evaluation and a
+    # closing line; pycocotools' table goes to train.log only.
+    assert (out / "loss.png").stat().st_size > 1000
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("eval epoch 0 iter 1: AP ") for line in lines)
+    assert (
+        lines[-1].startswith("done: iteration 1, AP ") and f"checkpoint {out / 'checkpoint.pt'}" in lines[-1]
+    )
+    assert not any("Average Precision" in line for line in lines)
+    assert "Average Precision  (AP) @[ IoU=0.50:0.95" in (out / "train.log").read_text()
     results = tmp_path / "results.json"
     rc = cli.main(
         [

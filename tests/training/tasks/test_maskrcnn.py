@@ -5,11 +5,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from training.arguments import config_from_args
 from training.checkpoint import load_checkpoint
 from training.cli import build_parser
 from training.config import PRESETS, make_config
 from training.tasks import get_task
-from training.train import config_from_args
 from training.train import main as train_main
 
 TINY = {

@@ -5,13 +5,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from training.arguments import config_from_args
 from training.checkpoint import load_checkpoint
 from training.cli import build_parser
 from training.config import PRESETS, make_config
 from training.models.ssd320.anchors import AnchorConfig
 from training.models.ssd320.model import SSD320
 from training.tasks import get_task
-from training.train import config_from_args
 from training.train import main as train_main
 
 SIZE = 64  # anchors follow the input size: 6 x (8² + 4² + 2² + 1 + 1) = 516

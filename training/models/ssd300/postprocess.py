@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-from torchvision.ops import batched_nms
+from torchvision.ops import nms
 
 from training.box_ops import decode_boxes, xywh_to_xyxy
 from training.models.ssd300.loss import BOX_CODE_WEIGHTS
@@ -33,6 +33,9 @@ def postprocess(
 
     Background (class 0) is skipped; per class the scores above ``score_threshold`` keep their top
     ``topk_per_class``; NMS runs per class; the best ``max_detections`` survive, scores descending.
+    NMS runs class by class rather than through ``batched_nms``: its coordinate-offset trick adds
+    ``class x max coordinate`` to every box, and a young model's boxes (size codes are not clamped before
+    ``exp``, as in NVIDIA's reference) can be 1e15 wide, which rounds small boxes' IoU to nonsense.
     """
     cfg = cfg or PostprocessConfig()
     boxes, probs = decode_predictions(locs, confs, dboxes_xywh)
@@ -45,12 +48,17 @@ def postprocess(
             idx = torch.nonzero(cls_scores > cfg.score_threshold).squeeze(1)
             if idx.numel() > cfg.topk_per_class:
                 idx = idx[cls_scores[idx].topk(cfg.topk_per_class).indices]
+            idx = idx[nms(img_boxes[idx], cls_scores[idx], cfg.iou_threshold)]
             keep_boxes.append(img_boxes[idx])
             keep_scores.append(cls_scores[idx])
             keep_labels.append(torch.full_like(idx, cls + 1))
-        cand_boxes = torch.cat(keep_boxes)
         cand_scores = torch.cat(keep_scores)
-        cand_labels = torch.cat(keep_labels)
-        keep = batched_nms(cand_boxes, cand_scores, cand_labels, cfg.iou_threshold)[: cfg.max_detections]
-        results.append({"boxes": cand_boxes[keep], "scores": cand_scores[keep], "labels": cand_labels[keep]})
+        keep = cand_scores.argsort(descending=True, stable=True)[: cfg.max_detections]
+        results.append(
+            {
+                "boxes": torch.cat(keep_boxes)[keep],
+                "scores": cand_scores[keep],
+                "labels": torch.cat(keep_labels)[keep],
+            }
+        )
     return results

@@ -39,3 +39,24 @@ def test_caps_detections_and_drops_low_scores() -> None:
         assert len(r["boxes"]) <= 50
         assert bool((r["scores"] > 0.05).all())
         assert int(r["labels"].min()) >= 1
+
+
+def test_nms_stays_exact_next_to_a_huge_box_of_another_class() -> None:
+    # A young model decodes boxes 1e7 wide; batched_nms's per-class coordinate offset would round the
+    # small class-2 boxes below into one point and keep both duplicates.
+    dboxes = default_boxes_xywh()
+    target = dboxes.clone()
+    confs = torch.full((1, 4, 8732), -10.0)
+    confs[0, 0] = 10.0
+    obj = torch.tensor([0.3, 0.3, 0.02, 0.02])
+    for idx, box, cls in [
+        (100, obj, 2),
+        (101, obj + 0.001, 2),
+        (6000, torch.tensor([0.5, 0.5, 1e7, 1.0]), 1),
+    ]:
+        target[idx] = box
+        confs[0, :, idx] = -10.0
+        confs[0, cls, idx] = 10.0 - 0.1 * (idx == 101)
+    locs = encode_boxes(target, dboxes, BOX_CODE_WEIGHTS).T.unsqueeze(0)
+    (result,) = postprocess(locs, confs, dboxes, PostprocessConfig())
+    assert sorted(result["labels"].tolist()) == [1, 2]
