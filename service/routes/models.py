@@ -36,6 +36,8 @@ def model_info(model: LoadedModel) -> ModelInfo:
             max_queue_size=model.batching.max_queue_size,
         ),
         metrics=dict(m.metrics),
+        parent=m.parent,
+        accuracy=m.accuracy,
     )
 
 
