@@ -20,7 +20,9 @@ from service.manifest import Manifest
 class OpenVINORunner:
     """``infer(uint8 [B, H, W, 3]) -> {output name: array}`` on OpenVINO's CPU plugin."""
 
-    def __init__(self, model_path: str | Path, precision_hint: str = "f32", threads: int = 0) -> None:
+    def __init__(
+        self, model_path: str | Path, names: tuple[str, ...], precision_hint: str = "f32", threads: int = 0
+    ) -> None:
         import openvino as ov
 
         core = ov.Core()
@@ -29,6 +31,11 @@ class OpenVINORunner:
             config["INFERENCE_NUM_THREADS"] = threads
         self._compiled = core.compile_model(core.read_model(str(model_path)), "CPU", config)
         self._request = self._compiled.create_infer_request()
+        # An output port can carry several tensor names; the contract's is the one to report.
+        self._names = [
+            next((n for n in out.get_names() if n in names), out.get_any_name())
+            for out in self._compiled.outputs
+        ]
         in_effect = self._compiled.get_property("INFERENCE_PRECISION_HINT")
         self._description = f"openvino {ov.__version__} CPU, inference precision {in_effect}"
 
@@ -38,7 +45,7 @@ class OpenVINORunner:
 
     def infer(self, images: np.ndarray) -> dict[str, np.ndarray]:
         result = self._request.infer({0: images})
-        return {out.get_any_name(): np.asarray(value) for out, value in result.items()}
+        return {name: np.asarray(result[i]) for i, name in enumerate(self._names)}
 
     def close(self) -> None:
         del self._request
@@ -54,5 +61,5 @@ def openvino_metrics(
 ) -> dict[str, Any]:
     """`served_metrics` with the model run by OpenVINO at ``precision_hint`` ("f32" or "bf16")."""
     manifest = Manifest.read(version_dir)
-    runner = OpenVINORunner(Path(version_dir) / manifest.file, precision_hint)
+    runner = OpenVINORunner(Path(version_dir) / manifest.file, manifest.outputs, precision_hint)
     return served_metrics(version_dir, data, split, max_images=max_images, runtime=runner)

@@ -117,6 +117,23 @@ def calibration_files(data: str, split: str, count: int, seed: int) -> tuple[Pat
     return Path(images_dir), [(int(i), str(coco.imgs[i]["file_name"])) for i in ids]
 
 
+def quantize_batches(
+    model: onnx.ModelProto,
+    manifest: Manifest,
+    batches: list[np.ndarray],
+    scope: dict[str, list[str]],
+    options: dict[str, Any] | None = None,
+) -> onnx.ModelProto:
+    """NNCF post-training quantization of ``model`` calibrated on uint8 network inputs ``batches``."""
+    import nncf
+
+    nncf.set_log_level(logging.WARNING)
+    dataset = nncf.Dataset(batches, lambda images: {manifest.input.name: images})
+    return nncf.quantize(
+        model, dataset, subset_size=len(batches), ignored_scope=_nncf_ignored_scope(scope), **(options or {})
+    )
+
+
 def quantize_int8(
     model: onnx.ModelProto,
     manifest: Manifest,
@@ -125,15 +142,9 @@ def quantize_int8(
     scope: dict[str, list[str]],
     options: dict[str, Any],
 ) -> onnx.ModelProto:
-    """NNCF post-training quantization of ``model`` calibrated on ``files`` (served preprocessing)."""
-    import nncf
-
-    nncf.set_log_level(logging.WARNING)
+    """`quantize_batches` calibrated on ``files`` decoded and resized as the service does."""
     batches = [images for images, _, _ in served_batches(manifest, images_dir, files, 1)]
-    dataset = nncf.Dataset(batches, lambda images: {manifest.input.name: images})
-    return nncf.quantize(
-        model, dataset, subset_size=len(batches), ignored_scope=_nncf_ignored_scope(scope), **options
-    )
+    return quantize_batches(model, manifest, batches, scope, options)
 
 
 def quantize_int8_with_accuracy_control(

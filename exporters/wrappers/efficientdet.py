@@ -83,7 +83,7 @@ class EfficientDetWrapper(ExportWrapper):
     # resampled inputs: the ops directly in each node's ``combine`` module) stays fp32. The weights are
     # scalars in (0, 1) that sum to one; quantizing the sum's inputs each with its own scale would skew the
     # mix. The resampling convolutions inside ``combine/resample`` are quantized like any other.
-    int8_ignored_patterns: ClassVar[tuple[str, ...]] = (r".*/fpn/.*/combine/[^/]+",)
+    int8_ignored_patterns: ClassVar[tuple[str, ...]] = (r"^.*/fpn/.*/combine/[^/]+$",)
 
     def __init__(self, checkpoint: Checkpoint) -> None:
         from training.models.efficientdet.model import EfficientDetD0, anchor_boxes

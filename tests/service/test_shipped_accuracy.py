@@ -92,5 +92,11 @@ def test_shipped_artifacts_serve_their_recorded_ap(synthetic_val: Path) -> None:
             assert accuracy.annotations_sha256 == sha, f"{directory}: measured on other ground truth"
             ap = served_ap(client, manifest, synthetic_val)
             assert ap == pytest.approx(accuracy.box_ap, abs=TOLERANCE), f"{directory}: served AP {ap:.4f}"
+            info = client.get(f"/v1/models/{manifest.name}", params={"version": manifest.version}).json()
+            assert info["precision"] == manifest.precision
+            assert info["accuracy"]["box_ap"] == accuracy.box_ap
+            if manifest.parent is not None:  # a variant shows where it comes from and what it lost
+                assert info["parent"]["name"] == manifest.parent.name
+                assert info["accuracy"]["box_ap_delta"] == accuracy.box_ap_delta
     finally:
         client.__exit__(None, None, None)
