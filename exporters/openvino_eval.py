@@ -36,7 +36,8 @@ class OpenVINORunner:
             next((n for n in out.get_names() if n in names), out.get_any_name())
             for out in self._compiled.outputs
         ]
-        in_effect = self._compiled.get_property("INFERENCE_PRECISION_HINT")
+        hint = self._compiled.get_property("INFERENCE_PRECISION_HINT")
+        in_effect = hint.to_string() if hasattr(hint, "to_string") else str(hint)
         self._description = f"openvino {ov.__version__} CPU, inference precision {in_effect}"
 
     @property

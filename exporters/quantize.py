@@ -117,6 +117,25 @@ def calibration_files(data: str, split: str, count: int, seed: int) -> tuple[Pat
     return Path(images_dir), [(int(i), str(coco.imgs[i]["file_name"])) for i in ids]
 
 
+def _signed_activations() -> Any:
+    """Signed INT8 activations (zero point 0) everywhere, post-ReLU ones too: TensorRT's explicit
+    quantization takes only INT8 Q/DQ (its op check refuses NNCF's default UINT8 after ReLU), so one
+    artifact serves ONNX Runtime, OpenVINO and TensorRT alike."""
+    from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters, QuantizationParameters
+
+    return AdvancedQuantizationParameters(
+        activations_quantization_params=QuantizationParameters(signedness_to_force=True)
+    )
+
+
+NNCF_SETTINGS = {
+    "preset": "nncf default (PERFORMANCE: symmetric weights and activations)",
+    "activations": "signed INT8 forced (TensorRT explicit quantization)",
+    "weights": "INT8 per channel (nncf default)",
+    "fast_bias_correction": True,
+}
+
+
 def quantize_batches(
     model: onnx.ModelProto,
     manifest: Manifest,
@@ -130,7 +149,12 @@ def quantize_batches(
     nncf.set_log_level(logging.WARNING)
     dataset = nncf.Dataset(batches, lambda images: {manifest.input.name: images})
     return nncf.quantize(
-        model, dataset, subset_size=len(batches), ignored_scope=_nncf_ignored_scope(scope), **(options or {})
+        model,
+        dataset,
+        subset_size=len(batches),
+        ignored_scope=_nncf_ignored_scope(scope),
+        advanced_parameters=_signed_activations(),
+        **(options or {}),
     )
 
 
@@ -165,7 +189,7 @@ def quantize_int8_with_accuracy_control(
     calibration = nncf.Dataset(batches, lambda images: {manifest.input.name: images})
     candidate = work / "candidate"
 
-    def validate(candidate_model: onnx.ModelProto, _items: Any) -> float:
+    def validate(candidate_model: onnx.ModelProto, _items: Any) -> tuple[float, None]:
         _write_variant(candidate_model, manifest, candidate)
         metrics = served_metrics(
             candidate,
@@ -174,7 +198,7 @@ def quantize_int8_with_accuracy_control(
             backend=request.backend,
             max_images=request.max_eval_images,
         )
-        return float(metrics["bbox"]["AP"])
+        return float(metrics["bbox"]["AP"]), None
 
     return nncf.quantize_with_accuracy_control(
         model,
@@ -185,6 +209,7 @@ def quantize_int8_with_accuracy_control(
         drop_type=nncf.DropType.ABSOLUTE,
         subset_size=len(batches),
         ignored_scope=_nncf_ignored_scope(scope),
+        advanced_quantization_parameters=_signed_activations(),
     )
 
 
@@ -402,6 +427,7 @@ def _make_int8(
             "version": nncf.__version__,
             "function": "quantize_with_accuracy_control" if request.accuracy_control else "quantize",
             "subset_size": len(files),
+            "settings": NNCF_SETTINGS,
             "options": request.nncf_options,
             "ignored_scope": {
                 "names": len(scope["names"]),

@@ -15,9 +15,15 @@ import numpy as np
 import onnx
 import pytest
 
-from exporters.cli import main
+from exporters.cli import EXIT_GPU_REQUIRED, main
 from exporters.quantize import gate_failures, ignored_scope
 from exporters.served_eval import file_sha256
+from exporters.tensorrt_build import (
+    TensorRTExportRequest,
+    check_tensorrt_ops,
+    export_tensorrt,
+    gpu_unavailable_reason,
+)
 from service.manifest import Accuracy, Manifest
 from training.data.synthetic import generate_dataset
 
@@ -124,3 +130,31 @@ def test_bad_calibration_is_refused_by_the_gate(
     assert "loses more than --max-ap-drop 0.005" in err and "box AP" in err
     assert "--no-accuracy-gate" in err and "--accuracy-control" in err
     assert not output.exists()
+
+
+INT8 = DEFAULT.parents[1] / "ssd300-synth-int8" / "1"
+NO_GPU = gpu_unavailable_reason()
+
+
+@pytest.mark.skipif(NO_GPU is None, reason="a GPU is present: the no-GPU path does not run here")
+def test_without_gpu_trt_checks_the_int8_qdq_graph_then_exits_4(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    output = tmp_path / "trt-int8" / "1"
+    code = main(["trt", "--artifact", str(INT8), "--output", str(output)])
+    err = capsys.readouterr().err
+    assert code == EXIT_GPU_REQUIRED, err
+    assert "INT8 TensorRT engine not built" in err and "passed the TensorRT op check" in err
+    assert not output.exists()
+    assert check_tensorrt_ops(onnx.load(str(INT8 / "model.onnx")))["passed"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(NO_GPU is not None, reason=f"needs an NVIDIA GPU with TensorRT: {NO_GPU}")
+def test_int8_engine_builds_from_the_qdq_artifact_and_matches_onnxruntime(tmp_path: Path) -> None:
+    output = tmp_path / "trt-int8" / "1"
+    manifest = export_tensorrt(TensorRTExportRequest(INT8, output, min_batch=1, opt_batch=8, max_batch=64))
+    assert (manifest.format, manifest.precision, manifest.file) == ("tensorrt", "int8", "model.plan")
+    assert manifest.provenance.export_settings["tensorrt_build"]["result"]["int8"] is True
+    engine = manifest.verification["engine"]
+    assert engine["contract"]["passed"] and engine["detections_vs_onnxruntime"]["unexplained"] == 0
