@@ -117,20 +117,48 @@ def calibration_files(data: str, split: str, count: int, seed: int) -> tuple[Pat
     return Path(images_dir), [(int(i), str(coco.imgs[i]["file_name"])) for i in ids]
 
 
-def _signed_activations() -> Any:
-    """Signed INT8 activations (zero point 0) everywhere, post-ReLU ones too: TensorRT's explicit
-    quantization takes only INT8 Q/DQ (its op check refuses NNCF's default UINT8 after ReLU), so one
-    artifact serves ONNX Runtime, OpenVINO and TensorRT alike."""
-    from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters, QuantizationParameters
+def to_signed_int8(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The same QDQ graph with every UINT8 quantizer made INT8, in place.
 
-    return AdvancedQuantizationParameters(
-        activations_quantization_params=QuantizationParameters(signedness_to_force=True)
-    )
+    NNCF quantizes non-negative activations (after ReLU) as UINT8 with zero point 0; TensorRT's explicit
+    quantization takes only INT8 Q/DQ with zero point 0 (its op check refuses UINT8), and NNCF's hardware
+    configurations do not let signed activations be forced. A UINT8 quantizer of scale ``s`` covers
+    [0, 255 s]; INT8 with scale ``255 s / 127`` covers the same range, one bit coarser, which the gate
+    measures. So one artifact serves ONNX Runtime, OpenVINO and TensorRT alike.
+    """
+    from onnx import TensorProto, numpy_helper
+
+    inits = {init.name: init for init in model.graph.initializer}
+    pairs = set()
+    quantized_outputs = set()
+    for node in model.graph.node:
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear") and len(node.input) == 3:
+            zero_point = inits.get(node.input[2])
+            if zero_point is not None and zero_point.data_type == TensorProto.UINT8:
+                pairs.add((node.input[1], node.input[2]))
+                if node.op_type == "QuantizeLinear":
+                    quantized_outputs.add(node.output[0])
+    for info in model.graph.value_info:
+        if info.name in quantized_outputs:
+            info.type.tensor_type.elem_type = TensorProto.INT8
+    for _scale, zero_name in sorted(pairs):
+        zero = numpy_helper.to_array(inits[zero_name])
+        if zero.any():
+            raise InvalidModelError(
+                f"quantizer {zero_name} is asymmetric (zero point != 0); cannot make it INT8"
+            )
+        inits[zero_name].CopyFrom(numpy_helper.from_array(zero.astype(np.int8), zero_name))
+    for scale_name in sorted({scale for scale, _ in pairs}):
+        scale = numpy_helper.to_array(inits[scale_name])
+        inits[scale_name].CopyFrom(
+            numpy_helper.from_array((scale * (255.0 / 127.0)).astype(scale.dtype), scale_name)
+        )
+    return model
 
 
 NNCF_SETTINGS = {
     "preset": "nncf default (PERFORMANCE: symmetric weights and activations)",
-    "activations": "signed INT8 forced (TensorRT explicit quantization)",
+    "activations": "UINT8 quantizers rewritten as INT8, scale x 255/127 (exporters.quantize.to_signed_int8)",
     "weights": "INT8 per channel (nncf default)",
     "fast_bias_correction": True,
 }
@@ -148,13 +176,14 @@ def quantize_batches(
 
     nncf.set_log_level(logging.WARNING)
     dataset = nncf.Dataset(batches, lambda images: {manifest.input.name: images})
-    return nncf.quantize(
-        model,
-        dataset,
-        subset_size=len(batches),
-        ignored_scope=_nncf_ignored_scope(scope),
-        advanced_parameters=_signed_activations(),
-        **(options or {}),
+    return to_signed_int8(
+        nncf.quantize(
+            model,
+            dataset,
+            subset_size=len(batches),
+            ignored_scope=_nncf_ignored_scope(scope),
+            **(options or {}),
+        )
     )
 
 
@@ -200,16 +229,17 @@ def quantize_int8_with_accuracy_control(
         )
         return float(metrics["bbox"]["AP"]), None
 
-    return nncf.quantize_with_accuracy_control(
-        model,
-        calibration_dataset=calibration,
-        validation_dataset=nncf.Dataset([0]),  # validate() reads the split itself, as the service would
-        validation_fn=validate,
-        max_drop=request.max_ap_drop,
-        drop_type=nncf.DropType.ABSOLUTE,
-        subset_size=len(batches),
-        ignored_scope=_nncf_ignored_scope(scope),
-        advanced_quantization_parameters=_signed_activations(),
+    return to_signed_int8(
+        nncf.quantize_with_accuracy_control(
+            model,
+            calibration_dataset=calibration,
+            validation_dataset=nncf.Dataset([0]),  # validate() reads the split itself, as the service would
+            validation_fn=validate,
+            max_drop=request.max_ap_drop,
+            drop_type=nncf.DropType.ABSOLUTE,
+            subset_size=len(batches),
+            ignored_scope=_nncf_ignored_scope(scope),
+        )
     )
 
 
