@@ -138,8 +138,9 @@ def to_signed_int8(model: onnx.ModelProto) -> onnx.ModelProto:
                 pairs.add((node.input[1], node.input[2]))
                 if node.op_type == "QuantizeLinear":
                     quantized_outputs.add(node.output[0])
+    retyped = quantized_outputs | {zero for _, zero in pairs}
     for info in model.graph.value_info:
-        if info.name in quantized_outputs:
+        if info.name in retyped:
             info.type.tensor_type.elem_type = TensorProto.INT8
     for _scale, zero_name in sorted(pairs):
         zero = numpy_helper.to_array(inits[zero_name])
@@ -471,7 +472,7 @@ def _make_int8(
     _write_variant(
         quantized, _variant_manifest(parent, parent_path, request, name, version, settings), variant_dir
     )
-    onnx.checker.check_model(str(variant_dir / parent.file))
+    load_checked(variant_dir / parent.file)  # the ONNX checker with strict shape and type inference
     return variant_dir, "pending"
 
 

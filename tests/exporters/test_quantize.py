@@ -16,6 +16,7 @@ import onnx
 import pytest
 
 from exporters.cli import EXIT_GPU_REQUIRED, main
+from exporters.onnx_graph import load_checked
 from exporters.quantize import gate_failures, ignored_scope
 from exporters.served_eval import file_sha256
 from exporters.tensorrt_build import (
@@ -94,7 +95,7 @@ def test_int8_variant_passes_the_gate_and_records_its_provenance(small_val: Path
     assert accuracy is not None and accuracy.images == VAL_IMAGES and accuracy.max_ap_drop == 0.05
     assert accuracy.parent_box_ap is not None and accuracy.parent_box_ap > 0.2
     assert accuracy.box_ap_delta == pytest.approx(accuracy.box_ap - accuracy.parent_box_ap)
-    model = onnx.load(str(output / manifest.file))
+    model = load_checked(output / manifest.file)  # the checker with strict shape and type inference
     ops = [node.op_type for node in model.graph.node]
     assert ops.count("QuantizeLinear") >= 20 and "NonMaxSuppression" in ops
     # Nothing downstream of the raw heads is quantized: no Q/DQ feeds post-processing ops.
