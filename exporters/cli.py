@@ -116,7 +116,44 @@ def build_parser() -> argparse.ArgumentParser:
         help="build even when FP16 is out of tolerance against FP32 (the accuracy is still recorded)",
     )
     trt.add_argument("--force", action="store_true", help="replace an existing output folder")
+    _add_quantize_parser(sub)
+    ev = sub.add_parser("eval", help="COCO AP of an artifact as served (service decoding, resize, backend)")
+    ev.add_argument("--artifact", required=True, type=Path)
+    ev.add_argument("--data", required=True, help="COCO-format folder")
+    ev.add_argument("--split", help="dataset split (default: val2017 if present, else val)")
+    ev.add_argument("--max-images", type=int, help="evaluate only the first N images (by id)")
+    ev.add_argument("--backend", default="auto", help="DETECT_BACKEND to run it on")
+    ev.add_argument("--dataset-description", help="how the data was made, recorded in the manifest")
+    ev.add_argument("--write", action="store_true", help="record the result as the manifest's accuracy")
     return parser
+
+
+def _add_quantize_parser(sub: Any) -> None:
+    q = sub.add_parser(
+        "quantize",
+        help="INT8 (NNCF) or bf16 variant of an fp32 ONNX artifact, refused if its AP drops past the gate",
+    )
+    q.add_argument("--artifact", required=True, type=Path, help="the fp32 ONNX parent artifact")
+    q.add_argument("--output", required=True, type=Path, help="variant folder, e.g. models/NAME-int8/1")
+    q.add_argument("--data", required=True, help="COCO-format folder: calibration and validation images")
+    q.add_argument("--precision", choices=("int8", "bf16"), default="int8")
+    q.add_argument("--calibration-split", default="train", help="split the calibration images come from")
+    q.add_argument("--calibration-images", type=int, default=300, help="how many (drawn by --seed)")
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--split", help="validation split of the gate (default: val2017 if present, else val)")
+    q.add_argument("--max-images", type=int, help="gate on only the first N validation images (by id)")
+    q.add_argument("--max-ap-drop", type=float, default=0.005, help="largest AP loss accepted (box and mask)")
+    q.add_argument("--no-accuracy-gate", action="store_true", help="write the variant whatever its AP")
+    q.add_argument(
+        "--accuracy-control",
+        action="store_true",
+        help="NNCF accuracy-controlled quantization: keep the most harmful layers fp32 until the drop fits",
+    )
+    q.add_argument("--backend", default="auto", help="DETECT_BACKEND the INT8 gate runs the variant on")
+    q.add_argument("--dataset-description", help="how the data was made, recorded in the manifest")
+    q.add_argument("--name")
+    q.add_argument("--version")
+    q.add_argument("--force", action="store_true", help="replace an existing output folder")
 
 
 # What skips each command's gate, named in its failure message.
@@ -230,6 +267,54 @@ def _run(args: argparse.Namespace) -> int:
             )
         )
         print(f"wrote {args.output}/{manifest.file} and manifest.json (format {manifest.format}, fp16)")
+        return 0
+    if args.command == "eval":
+        from exporters.quantize import record_accuracy
+
+        accuracy = record_accuracy(
+            args.artifact,
+            args.data,
+            args.split,
+            args.backend,
+            args.max_images,
+            args.dataset_description,
+            write=args.write,
+        )
+        mask = "" if accuracy.mask_ap is None else f", mask AP {accuracy.mask_ap:.4f}"
+        print(f"box AP {accuracy.box_ap:.4f}{mask} on {accuracy.images} images ({accuracy.runtime})")
+        return 0
+    if args.command == "quantize":
+        from exporters.quantize import QuantizeRequest, quantize_artifact
+
+        manifest = quantize_artifact(
+            QuantizeRequest(
+                artifact=args.artifact,
+                output=args.output,
+                data=args.data,
+                precision=args.precision,
+                calibration_split=args.calibration_split,
+                calibration_images=args.calibration_images,
+                seed=args.seed,
+                val_split=args.split,
+                max_eval_images=args.max_images,
+                max_ap_drop=args.max_ap_drop,
+                gate=not args.no_accuracy_gate,
+                accuracy_control=args.accuracy_control,
+                backend=args.backend,
+                dataset_description=args.dataset_description,
+                name=args.name,
+                version=args.version,
+                force=args.force,
+            )
+        )
+        acc = manifest.accuracy
+        assert acc is not None
+        mask = "" if acc.mask_ap is None else f"; mask AP {acc.mask_ap:.4f} ({acc.mask_ap_delta:+.4f})"
+        print(
+            f"wrote {args.output} ({manifest.name}/{manifest.version}, {manifest.precision}): box AP "
+            f"{acc.box_ap:.4f} vs parent {acc.parent_box_ap:.4f} ({acc.box_ap_delta:+.4f}){mask} on "
+            f"{acc.images} images, {acc.runtime}"
+        )
         return 0
     raise AssertionError(f"unhandled command {args.command!r}")
 

@@ -245,8 +245,11 @@ def _import_tensorrt() -> Any:
     return trt
 
 
-def build_engine(onnx_path: Path, config: BuildConfig, plan_path: Path) -> dict[str, Any]:
+def build_engine(onnx_path: Path, config: BuildConfig, plan_path: Path, int8: bool = False) -> dict[str, Any]:
     """Build a strongly typed engine from ``onnx_path`` (precision from the graph) and write ``plan_path``.
+
+    ``int8``: the graph is an explicit-precision QDQ network (QuantizeLinear / DequantizeLinear pairs);
+    strong typing takes INT8 from its Q/DQ nodes, and a TensorRT without strong typing gets the INT8 flag.
 
     The timing cache is read from ``config.timing_cache`` when it exists and written back (atomically)
     after the build, so repeated builds reuse kernel timings.
@@ -265,6 +268,8 @@ def build_engine(onnx_path: Path, config: BuildConfig, plan_path: Path) -> dict[
         errors = [str(parser.get_error(i)) for i in range(parser.num_errors)]
         raise ExportError(f"TensorRT cannot parse {onnx_path}: {errors}")
     builder_config = builder.create_builder_config()
+    if int8 and strongly_typed is None:
+        builder_config.set_flag(trt.BuilderFlag.INT8)
     if config.workspace_gb is not None:
         builder_config.set_memory_pool_limit(
             trt.MemoryPoolType.WORKSPACE, int(config.workspace_gb * (1 << 30))
@@ -288,7 +293,8 @@ def build_engine(onnx_path: Path, config: BuildConfig, plan_path: Path) -> dict[
     return {
         "tensorrt": str(trt.__version__),
         "build_seconds": round(time.perf_counter() - started, 1),
-        "strongly_typed": True,
+        "strongly_typed": strongly_typed is not None,
+        "int8": int8,
         "timing_cache_reused": bool(cache_bytes),
     }
 
@@ -376,6 +382,10 @@ def export_tensorrt(request: TensorRTExportRequest) -> Manifest:
             f"output directory {request.output} already exists (use --force to replace it)"
         )
     manifest, model_path = read_artifact(request.artifact)
+    if manifest.format == "onnx" and manifest.precision == "int8":
+        from exporters.tensorrt_int8 import export_int8_engine
+
+        return export_int8_engine(request, manifest, model_path)
     if manifest.format != "onnx" or manifest.precision != "fp32":
         raise InvalidModelError(
             f"{request.artifact} is a {manifest.format}/{manifest.precision} artifact; "

@@ -69,6 +69,33 @@ class Provenance(_Strict):
     created_at: str | None = None
 
 
+class Parent(_Strict):
+    """The fp32 artifact a reduced-precision variant was derived from."""
+
+    name: str
+    version: str
+    file_sha256: str  # of the parent's model file
+
+
+class Accuracy(_Strict):
+    """COCO AP of this artifact on a validation split, served as the service serves it; for a variant,
+    also its parent's on the same images and the change (``*_delta`` = this - parent)."""
+
+    dataset: str  # how the split is made, e.g. the ``detect-train synth`` command, or its folder
+    split: str
+    images: int
+    annotations_sha256: str  # of the split's annotation file: which ground truth this was measured on
+    runtime: str
+    box_ap: float
+    mask_ap: float | None = None
+    parent_box_ap: float | None = None
+    parent_mask_ap: float | None = None
+    box_ap_delta: float | None = None
+    mask_ap_delta: float | None = None
+    max_ap_drop: float | None = None  # the gate the variant passed (None: not gated)
+    measured_at: str | None = None
+
+
 class Manifest(_Strict):
     schema_version: int = SCHEMA_VERSION
     name: str
@@ -94,6 +121,9 @@ class Manifest(_Strict):
     verification: dict[str, Any] = Field(default_factory=dict)
     # Accuracy measured for this artifact, e.g. {"coco_ap": 0.61, "dataset": "synthetic val"}.
     metrics: dict[str, Any] = Field(default_factory=dict)
+    # Reduced-precision variants: the fp32 artifact they come from. Every artifact: its measured AP.
+    parent: Parent | None = None
+    accuracy: Accuracy | None = None
 
     @model_validator(mode="after")
     def _check_outputs(self) -> Manifest:

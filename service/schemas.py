@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.manifest import InputSpec, Label
+from service.manifest import Accuracy, InputSpec, Label, Parent
 
 
 class DetectQuery(BaseModel):
@@ -131,6 +131,8 @@ class ModelInfo(BaseModel):
     dynamic_batch: bool
     batching: BatchingInfo
     metrics: dict[str, object]
+    parent: Parent | None = Field(default=None, description="the fp32 artifact a variant was derived from")
+    accuracy: Accuracy | None = Field(default=None, description="measured COCO AP (and change vs parent)")
 
 
 class ModelList(BaseModel):

@@ -71,6 +71,10 @@ class ExportWrapper(ABC):
     # ONNX node-name prefixes (module scopes in ``DetectionGraph``) of network layers that run after the
     # raw outputs and belong in the FP16 graph (``exporters.fp16.split_nodes``): two-stage RoI heads.
     fp16_scopes: ClassVar[tuple[str, ...]] = ()
+    # Regular expressions (NNCF IgnoredScope patterns: re.search on ONNX node names) of network nodes
+    # that stay fp32 in INT8 variants, beyond the preprocessing and post-processing every model keeps
+    # (exporters.quantize.ignored_scope).
+    int8_ignored_patterns: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, checkpoint: Checkpoint) -> None:
         if checkpoint.model_name != self.architecture:

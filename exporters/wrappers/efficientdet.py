@@ -79,6 +79,11 @@ class EfficientDetWrapper(ExportWrapper):
     # Depthwise convolutions, SiLU and BiFPN's weighted fusions leave ONNX Runtime's FP32 scores up to
     # ~3e-5 from PyTorch's (measured on the test checkpoint; raw outputs agree to ~1e-5 relative).
     tolerance_floors: ClassVar[dict[str, float]] = {"score": 1e-4}
+    # INT8: BiFPN's fast normalized fusion (relu(w) / (sum relu(w) + eps), then the weighted sum of the
+    # resampled inputs: the ops directly in each node's ``combine`` module) stays fp32. The weights are
+    # scalars in (0, 1) that sum to one; quantizing the sum's inputs each with its own scale would skew the
+    # mix. The resampling convolutions inside ``combine/resample`` are quantized like any other.
+    int8_ignored_patterns: ClassVar[tuple[str, ...]] = (r"^.*/fpn/.*/combine/[^/]+$",)
 
     def __init__(self, checkpoint: Checkpoint) -> None:
         from training.models.efficientdet.model import EfficientDetD0, anchor_boxes

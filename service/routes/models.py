@@ -39,6 +39,8 @@ def model_info(model: LoadedModel, default_model: str | None) -> ModelInfo:
             max_queue_size=model.batching.max_queue_size,
         ),
         metrics=dict(m.metrics),
+        parent=m.parent,
+        accuracy=m.accuracy,
     )
 
 

@@ -18,9 +18,10 @@ from exporters.fp16 import Fp16Tolerances, compare_fp16, convert_to_fp16
 from exporters.onnx_export import OnnxExportRequest, export_onnx
 from exporters.onnx_graph import with_outputs
 from exporters.runtime import cpu_session, run_contract
-from exporters.verify import generated_batches, verify_artifact
+from exporters.verify import generated_batches, manifest_resize, verify_artifact
 from exporters.wrappers import get_wrapper
 from exporters.wrappers.efficientdet import EfficientDetWrapper
+from service.manifest import Manifest
 from training.checkpoint import load_checkpoint
 from training.data.coco import load_coco, resolve_split
 from training.data.letterbox import letterbox_geometry, letterbox_resize
@@ -191,3 +192,27 @@ def test_tensorrt_engine_builds_from_the_artifact(effdet_export: ExportedArtifac
         )
     )
     assert manifest.format == "tensorrt" and manifest.input.resize == "letterbox"
+
+
+def test_int8_keeps_bifpn_fusion_fp32(effdet_export: ExportedArtifact) -> None:
+    import re
+
+    from exporters.quantize import ignored_scope, quantize_batches
+
+    manifest = Manifest.read(effdet_export.directory)
+    model = onnx.load(str(effdet_export.directory / manifest.file))
+    scope = ignored_scope(model, manifest)
+    # NNCF matches IgnoredScope patterns with re.search.
+    fusion = {n.name for n in model.graph.node if any(re.search(p, n.name) for p in scope["patterns"])}
+    fusion_ops = {n.op_type for n in model.graph.node if n.name in fusion}
+    # After simplification the fusion is Div (inputs times their constant-folded normalized weights),
+    # Unsqueeze + Concat (stack) and ReduceSum (the weighted sum).
+    assert {"Div", "ReduceSum", "Concat"} <= fusion_ops, sorted(fusion)[:10]
+    assert "Conv" not in fusion_ops  # the resampling convolutions inside combine/ are quantized
+    batches = generated_batches(manifest_resize(manifest))
+    quantized = quantize_batches(model, manifest, batches, scope)
+    dequantized = {o for n in quantized.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
+    assert any(n.op_type == "QuantizeLinear" for n in quantized.graph.node)
+    for node in quantized.graph.node:
+        if node.name in fusion:
+            assert not set(node.input) & dequantized, node.name

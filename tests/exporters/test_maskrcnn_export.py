@@ -187,3 +187,27 @@ def test_coco_verification_and_bench_cover_masks(
     args = parser.parse_args(["--artifact", str(mask_artifact), "--batch-sizes", "1,2", "--iterations", "1"])
     bench = run_bench(args)
     assert [row["batch"] for row in bench["rows"]] == [1, 2]
+
+
+def test_int8_keeps_the_roi_heads_and_mask_sigmoid_fp32(mask_artifact: Path) -> None:
+    import re
+
+    from exporters.quantize import ignored_scope, quantize_batches
+
+    manifest = Manifest.read(mask_artifact)
+    model = onnx.load(str(mask_artifact / manifest.file))
+    scope = ignored_scope(model, manifest)
+    # NNCF matches IgnoredScope patterns with re.search; names are kept whole.
+    kept = set(scope["names"]) | {
+        n.name for n in model.graph.node if any(re.search(p, n.name) for p in scope["patterns"])
+    }
+    heads = [n for n in model.graph.node if n.name.startswith(("/decoder/box_head/", "/masks/mask_head/"))]
+    assert heads and all(n.name in kept for n in heads)
+    assert any(n.op_type == "RoiAlign" and n.name in kept for n in model.graph.node)
+    quantized = quantize_batches(model, manifest, generated_batches(manifest_resize(manifest)), scope)
+    dequantized = {o for n in quantized.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
+    convs = [n for n in quantized.graph.node if n.op_type == "Conv"]
+    assert any(set(n.input) & dequantized for n in convs)  # the backbone is quantized
+    for node in quantized.graph.node:
+        if node.name in kept or node.op_type in ("Sigmoid", "RoiAlign", "NonMaxSuppression"):
+            assert not set(node.input) & dequantized, node.name

@@ -24,10 +24,11 @@ def test_default_model_is_small_trained_and_verified() -> None:
     assert (DEFAULT / manifest.file).stat().st_size <= 25 * 1024 * 1024
     assert manifest.architecture == "ssd300"
     assert manifest.verification["passed"] is True
-    # AP of this very artifact on the synthetic val split, measured by `detect-export verify --data`;
-    # an untrained SSD300 scores ~0.00 there.
-    assert manifest.metrics["source"].startswith("detect-export verify")
-    assert manifest.metrics["coco_ap"] >= 0.5
+    # AP of this very artifact as served on the synthetic val split that `detect-train synth --seed 0`
+    # writes, measured by `detect-export eval` (test_shipped_accuracy.py reproduces it over HTTP); an
+    # untrained SSD300 scores ~0.00 there.
+    assert manifest.metrics["source"].startswith("detect-export eval")
+    assert manifest.accuracy is not None and manifest.accuracy.box_ap == manifest.metrics["coco_ap"] >= 0.45
 
 
 def test_served_detections_equal_the_artifacts_onnx_runtime_detections() -> None:

@@ -1,0 +1,486 @@
+"""``detect-export quantize``: INT8 (NNCF post-training quantization) and bf16 variants of an fp32 artifact,
+each accepted only if its COCO AP, served as the service serves it, stays within a gate of the parent's.
+
+INT8: NNCF's ``nncf.quantize`` on the ONNX graph, calibrated on images of a COCO-format split decoded and
+resized by the service's own functions (`exporters.served_eval.served_batches`), so the calibration sees
+the pixels the model will be served. What stays fp32 (the ignored scope, :func:`ignored_scope`):
+
+- the input preprocessing (cast, mean/std, transpose: everything before the first Conv);
+- everything downstream of the raw head outputs: box decoding, score activations (softmax / sigmoid),
+  TopK, NonMaxSuppression, mask sigmoid, padding (`exporters.fp16.split_nodes`);
+- the numerically sensitive op types wherever they occur (`exporters.fp16.SENSITIVE_OP_TYPES`);
+- each architecture's own list (`ExportWrapper.int8_ignored_patterns`): EfficientDet's BiFPN fusion
+  weights, Mask R-CNN's RoI heads.
+
+The result is a QDQ ONNX (QuantizeLinear / DequantizeLinear pairs, weights stored as int8) that ONNX
+Runtime, OpenVINO and TensorRT (explicit precision) all run; docs/quantization.md gives the measurements
+behind that choice.
+
+bf16: the parent's graph unchanged, with manifest precision ``bf16``: the OpenVINO CPU plugin runs it with
+``INFERENCE_PRECISION_HINT=bf16``; it is evaluated that way (:mod:`exporters.openvino_eval`).
+
+The gate: the variant's box AP (and mask AP for mask models) on the validation split may fall at most
+``max_ap_drop`` below the parent's; otherwise nothing is written and `AccuracyGateError` says by how much
+and which flags exist (``--accuracy-control``: NNCF's accuracy-controlled quantization, which keeps the
+most harmful layers in fp32 until the drop fits; ``--no-accuracy-gate`` writes it anyway).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import logging
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import onnx
+
+from exporters.artifact import read_artifact, staged_directory, tool_versions, utc_now
+from exporters.errors import ExportError, InvalidModelError, VerificationError
+from exporters.fp16 import SENSITIVE_OP_TYPES, split_nodes
+from exporters.onnx_graph import ensure_node_names, load_checked, restore_weights_fp32
+from exporters.served_eval import file_sha256, served_batches, served_metrics
+from service.manifest import MANIFEST_FILE, Accuracy, Manifest, Parent
+
+Precision = Literal["int8", "bf16"]
+DEFAULT_MAX_AP_DROP = 0.005
+
+
+class AccuracyGateError(VerificationError):
+    """The variant lost more AP than the gate allows (nothing was written)."""
+
+
+@dataclass(frozen=True)
+class QuantizeRequest:
+    artifact: Path  # the fp32 ONNX parent
+    output: Path  # models/<name>/<version> of the variant
+    data: str  # COCO-format folder: calibration and validation images
+    precision: Precision = "int8"
+    calibration_split: str = "train"
+    calibration_images: int = 300
+    seed: int = 0
+    val_split: str | None = None  # default: val / val2017
+    max_eval_images: int | None = None
+    max_ap_drop: float = DEFAULT_MAX_AP_DROP
+    gate: bool = True
+    accuracy_control: bool = False
+    backend: str = "auto"  # DETECT_BACKEND the gate evaluates INT8 with (the service's factory)
+    dataset_description: str | None = None  # recorded as accuracy.dataset (default: the data folder)
+    name: str | None = None
+    version: str | None = None
+    force: bool = False
+    nncf_options: dict[str, Any] = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------------------ ignored scope
+
+
+def ignored_scope(model: onnx.ModelProto, manifest: Manifest) -> dict[str, list[str]]:
+    """``{"names", "patterns", "types"}`` of the nodes that stay fp32 (module docstring)."""
+    from exporters.verify import raw_names_from_manifest
+    from exporters.wrappers import get_wrapper
+
+    raw = raw_names_from_manifest(manifest)
+    # No fp16 scopes: a two-stage detector's RoI heads count as post-processing here, so they stay fp32.
+    pre, _, post = split_nodes(model, manifest.input.name, raw)
+    names = sorted(model.graph.node[i].name for i in pre + post)
+    patterns = list(get_wrapper(manifest.architecture).int8_ignored_patterns)
+    return {"names": names, "patterns": patterns, "types": list(SENSITIVE_OP_TYPES)}
+
+
+def _nncf_ignored_scope(scope: dict[str, list[str]]) -> Any:
+    import nncf
+
+    return nncf.IgnoredScope(
+        names=scope["names"], patterns=scope["patterns"], types=scope["types"], validate=False
+    )
+
+
+# ------------------------------------------------------------------------------------------ calibration
+
+
+def calibration_files(data: str, split: str, count: int, seed: int) -> tuple[Path, list[tuple[int, str]]]:
+    """``count`` images of the split, drawn without replacement by ``seed`` (all of them if fewer)."""
+    from training.data.coco import load_coco, resolve_split
+
+    images_dir, annotation_file = resolve_split(data, split)
+    coco = load_coco(annotation_file)
+    ids = sorted(coco.getImgIds())
+    if not ids:
+        raise ExportError(f"calibration split {split!r} of {data} has no images")
+    if count < len(ids):
+        ids = sorted(np.random.default_rng(seed).choice(ids, size=count, replace=False).tolist())
+    return Path(images_dir), [(int(i), str(coco.imgs[i]["file_name"])) for i in ids]
+
+
+def to_signed_int8(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The same QDQ graph with every UINT8 quantizer made INT8, in place.
+
+    NNCF quantizes non-negative activations (after ReLU) as UINT8 with zero point 0; TensorRT's explicit
+    quantization takes only INT8 Q/DQ with zero point 0 (its op check refuses UINT8), and NNCF's hardware
+    configurations do not let signed activations be forced. A UINT8 quantizer of scale ``s`` covers
+    [0, 255 s]; INT8 with scale ``255 s / 127`` covers the same range, one bit coarser, which the gate
+    measures. So one artifact serves ONNX Runtime, OpenVINO and TensorRT alike.
+    """
+    from onnx import TensorProto, numpy_helper
+
+    inits = {init.name: init for init in model.graph.initializer}
+    pairs = set()
+    quantized_outputs = set()
+    for node in model.graph.node:
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear") and len(node.input) == 3:
+            zero_point = inits.get(node.input[2])
+            if zero_point is not None and zero_point.data_type == TensorProto.UINT8:
+                pairs.add((node.input[1], node.input[2]))
+                if node.op_type == "QuantizeLinear":
+                    quantized_outputs.add(node.output[0])
+    retyped = quantized_outputs | {zero for _, zero in pairs}
+    for info in model.graph.value_info:
+        if info.name in retyped:
+            info.type.tensor_type.elem_type = TensorProto.INT8
+    for _scale, zero_name in sorted(pairs):
+        zero = numpy_helper.to_array(inits[zero_name])
+        if zero.any():
+            raise InvalidModelError(
+                f"quantizer {zero_name} is asymmetric (zero point != 0); cannot make it INT8"
+            )
+        inits[zero_name].CopyFrom(numpy_helper.from_array(zero.astype(np.int8), zero_name))
+    for scale_name in sorted({scale for scale, _ in pairs}):
+        scale = numpy_helper.to_array(inits[scale_name])
+        inits[scale_name].CopyFrom(
+            numpy_helper.from_array((scale * (255.0 / 127.0)).astype(scale.dtype), scale_name)
+        )
+    return model
+
+
+NNCF_SETTINGS = {
+    "preset": "nncf default (PERFORMANCE: symmetric weights and activations)",
+    "activations": "UINT8 quantizers rewritten as INT8, scale x 255/127 (exporters.quantize.to_signed_int8)",
+    "weights": "INT8 per channel (nncf default)",
+    "fast_bias_correction": True,
+}
+
+
+def quantize_batches(
+    model: onnx.ModelProto,
+    manifest: Manifest,
+    batches: list[np.ndarray],
+    scope: dict[str, list[str]],
+    options: dict[str, Any] | None = None,
+) -> onnx.ModelProto:
+    """NNCF post-training quantization of ``model`` calibrated on uint8 network inputs ``batches``."""
+    import nncf
+
+    nncf.set_log_level(logging.WARNING)
+    dataset = nncf.Dataset(batches, lambda images: {manifest.input.name: images})
+    return to_signed_int8(
+        nncf.quantize(
+            model,
+            dataset,
+            subset_size=len(batches),
+            ignored_scope=_nncf_ignored_scope(scope),
+            **(options or {}),
+        )
+    )
+
+
+def quantize_int8(
+    model: onnx.ModelProto,
+    manifest: Manifest,
+    images_dir: Path,
+    files: list[tuple[int, str]],
+    scope: dict[str, list[str]],
+    options: dict[str, Any],
+) -> onnx.ModelProto:
+    """`quantize_batches` calibrated on ``files`` decoded and resized as the service does."""
+    batches = [images for images, _, _ in served_batches(manifest, images_dir, files, 1)]
+    return quantize_batches(model, manifest, batches, scope, options)
+
+
+def quantize_int8_with_accuracy_control(
+    model: onnx.ModelProto,
+    manifest: Manifest,
+    images_dir: Path,
+    files: list[tuple[int, str]],
+    scope: dict[str, list[str]],
+    request: QuantizeRequest,
+    work: Path,
+) -> onnx.ModelProto:
+    """NNCF's accuracy-controlled quantization: layers are returned to fp32, most harmful first, until the
+    served box AP on the validation split is within ``max_ap_drop`` of the fp32 model's."""
+    import nncf
+
+    nncf.set_log_level(logging.WARNING)
+    batches = [images for images, _, _ in served_batches(manifest, images_dir, files, 1)]
+    calibration = nncf.Dataset(batches, lambda images: {manifest.input.name: images})
+    candidate = work / "candidate"
+
+    def validate(candidate_model: onnx.ModelProto, _items: Any) -> tuple[float, None]:
+        _write_variant(candidate_model, manifest, candidate)
+        metrics = served_metrics(
+            candidate,
+            request.data,
+            request.val_split,
+            backend=request.backend,
+            max_images=request.max_eval_images,
+        )
+        return float(metrics["bbox"]["AP"]), None
+
+    return to_signed_int8(
+        nncf.quantize_with_accuracy_control(
+            model,
+            calibration_dataset=calibration,
+            validation_dataset=nncf.Dataset([0]),  # validate() reads the split itself, as the service would
+            validation_fn=validate,
+            max_drop=request.max_ap_drop,
+            drop_type=nncf.DropType.ABSOLUTE,
+            subset_size=len(batches),
+            ignored_scope=_nncf_ignored_scope(scope),
+        )
+    )
+
+
+def _write_variant(model: onnx.ModelProto, manifest: Manifest, directory: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(directory / manifest.file))
+    manifest.write(directory)
+
+
+# ------------------------------------------------------------------------------------------ the gate
+
+
+def _ap(metrics: dict[str, Any], iou_type: str) -> float | None:
+    stats = metrics.get(iou_type)
+    return None if stats is None else float(stats["AP"])
+
+
+def accuracy_record(
+    variant: dict[str, Any], parent: dict[str, Any], request: QuantizeRequest, runtime: str
+) -> Accuracy:
+    box, parent_box = _ap(variant, "bbox"), _ap(parent, "bbox")
+    mask, parent_mask = _ap(variant, "segm"), _ap(parent, "segm")
+    assert box is not None and parent_box is not None
+    return Accuracy(
+        dataset=request.dataset_description or request.data,
+        split=str(variant["split"]),
+        images=int(variant["images"]),
+        annotations_sha256=str(variant["annotations_sha256"]),
+        runtime=runtime,
+        box_ap=box,
+        mask_ap=mask,
+        parent_box_ap=parent_box,
+        parent_mask_ap=parent_mask,
+        box_ap_delta=box - parent_box,
+        mask_ap_delta=None if mask is None or parent_mask is None else mask - parent_mask,
+        max_ap_drop=request.max_ap_drop if request.gate else None,
+        measured_at=utc_now(),
+    )
+
+
+def gate_failures(accuracy: Accuracy, max_ap_drop: float) -> list[str]:
+    """What exceeds the gate, in words (empty when the variant passes)."""
+    failures = []
+    for what, delta, value, parent in (
+        ("box AP", accuracy.box_ap_delta, accuracy.box_ap, accuracy.parent_box_ap),
+        ("mask AP", accuracy.mask_ap_delta, accuracy.mask_ap, accuracy.parent_mask_ap),
+    ):
+        if delta is not None and -delta > max_ap_drop:
+            failures.append(f"{what} {value:.4f} vs the parent's {parent:.4f} ({delta:+.4f})")
+    return failures
+
+
+def record_accuracy(
+    artifact: Path,
+    data: str,
+    split: str | None,
+    backend: str,
+    max_images: int | None,
+    description: str | None,
+    write: bool,
+) -> Accuracy:
+    """``detect-export eval``: the artifact's served AP, recorded as its manifest's ``accuracy``."""
+    manifest, _ = read_artifact(artifact)
+    metrics = served_metrics(artifact, data, split, backend=backend, max_images=max_images)
+    accuracy = Accuracy(
+        dataset=description or data,
+        split=str(metrics["split"]),
+        images=int(metrics["images"]),
+        annotations_sha256=str(metrics["annotations_sha256"]),
+        runtime=str(metrics["runtime"]),
+        box_ap=float(metrics["bbox"]["AP"]),
+        mask_ap=_ap(metrics, "segm"),
+        measured_at=utc_now(),
+    )
+    if write:
+        manifest.model_copy(update={"accuracy": accuracy}).write(artifact)
+    return accuracy
+
+
+# ------------------------------------------------------------------------------------------ the command
+
+
+def _variant_manifest(
+    parent: Manifest,
+    parent_path: Path,
+    request: QuantizeRequest,
+    name: str,
+    version: str,
+    settings: dict[str, Any],
+) -> Manifest:
+    export_settings = {
+        "command": "detect-export quantize",
+        "parent_export_settings": parent.provenance.export_settings,
+        **settings,
+    }
+    versions = tool_versions()
+    for dist in ("nncf", "openvino"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            versions[dist] = importlib.metadata.version(dist)
+    return parent.model_copy(
+        update={
+            "name": name,
+            "version": version,
+            "precision": request.precision,
+            "parent": Parent(name=parent.name, version=parent.version, file_sha256=file_sha256(parent_path)),
+            "provenance": parent.provenance.model_copy(
+                update={
+                    "export_settings": export_settings,
+                    "tool_versions": versions,
+                    "created_at": utc_now(),
+                }
+            ),
+            "verification": {},
+            "metrics": {},
+            "accuracy": None,
+        }
+    )
+
+
+def quantize_artifact(request: QuantizeRequest) -> Manifest:
+    """Write the variant to ``request.output`` if it passes the gate (see the module docstring)."""
+    from exporters.artifact import name_and_version
+
+    parent, parent_path = read_artifact(request.artifact)
+    if parent.format != "onnx" or parent.precision != "fp32":
+        raise InvalidModelError(
+            f"{request.artifact} is a {parent.format}/{parent.precision} artifact; "
+            "quantize needs an fp32 ONNX one"
+        )
+    if request.max_ap_drop < 0:
+        raise ExportError(f"--max-ap-drop must be >= 0, got {request.max_ap_drop}")
+    name, version = name_and_version(request.output, request.name, request.version)
+    if request.output.exists() and not request.force:
+        raise ExportError(f"output directory {request.output} already exists (use --force to replace it)")
+    with tempfile.TemporaryDirectory(prefix="quantize-") as tmp:
+        work = Path(tmp)
+        if request.precision == "int8":
+            variant_dir, runtime = _make_int8(request, parent, parent_path, name, version, work)
+            variant_metrics = served_metrics(
+                variant_dir,
+                request.data,
+                request.val_split,
+                backend=request.backend,
+                max_images=request.max_eval_images,
+            )
+            runtime = str(variant_metrics["runtime"])
+        else:
+            from exporters.openvino_eval import openvino_metrics
+
+            variant_dir = work / "variant"
+            variant_dir.mkdir()
+            shutil.copyfile(parent_path, variant_dir / parent.file)
+            settings = {"openvino_inference_precision_hint": "bf16"}
+            _variant_manifest(parent, parent_path, request, name, version, settings).write(variant_dir)
+            variant_metrics = openvino_metrics(
+                variant_dir, request.data, request.val_split, "bf16", max_images=request.max_eval_images
+            )
+            runtime = str(variant_metrics["runtime"])
+        parent_metrics = served_metrics(
+            request.artifact,
+            request.data,
+            request.val_split,
+            backend=request.backend,
+            max_images=request.max_eval_images,
+        )
+        accuracy = accuracy_record(variant_metrics, parent_metrics, request, runtime)
+        failures = gate_failures(accuracy, request.max_ap_drop)
+        if failures and request.gate:
+            hint = (
+                "try --accuracy-control (NNCF accuracy-controlled quantization), more or other calibration "
+                "images, or "
+                if request.precision == "int8" and not request.accuracy_control
+                else ""
+            )
+            raise AccuracyGateError(
+                f"the {request.precision} variant loses more than --max-ap-drop {request.max_ap_drop} on "
+                f"{accuracy.images} images of {request.data} split {accuracy.split}: {'; '.join(failures)}. "
+                f"Nothing was written; {hint}pass --no-accuracy-gate to write it anyway"
+            )
+        manifest = Manifest.read(variant_dir).model_copy(update={"accuracy": accuracy})
+        with staged_directory(request.output, force=request.force) as staging:
+            shutil.copyfile(variant_dir / manifest.file, staging / manifest.file)
+            manifest.write(staging)
+        return manifest
+
+
+def _make_int8(
+    request: QuantizeRequest, parent: Manifest, parent_path: Path, name: str, version: str, work: Path
+) -> tuple[Path, str]:
+    import nncf
+
+    model = restore_weights_fp32(load_checked(parent_path))
+    ensure_node_names(model)
+    scope = ignored_scope(model, parent)
+    images_dir, files = calibration_files(
+        request.data, request.calibration_split, request.calibration_images, request.seed
+    )
+    if request.accuracy_control:
+        quantized = quantize_int8_with_accuracy_control(
+            model, parent, images_dir, files, scope, request, work
+        )
+    else:
+        quantized = quantize_int8(model, parent, images_dir, files, scope, request.nncf_options)
+    settings = {
+        "calibration": {
+            "data": request.data,
+            "split": request.calibration_split,
+            "images": len(files),
+            "selection": f"numpy default_rng({request.seed}).choice of the split's image ids, "
+            "without replacement",
+            "seed": request.seed,
+            "preprocessing": "service.decoding.decode_image + service.imaging.resize_for_network",
+        },
+        "nncf": {
+            "version": nncf.__version__,
+            "function": "quantize_with_accuracy_control" if request.accuracy_control else "quantize",
+            "subset_size": len(files),
+            "settings": NNCF_SETTINGS,
+            "options": request.nncf_options,
+            "ignored_scope": {
+                "names": len(scope["names"]),
+                "patterns": scope["patterns"],
+                "types": scope["types"],
+            },
+        },
+        "format": "QDQ ONNX (QuantizeLinear/DequantizeLinear, int8 weights)",
+    }
+    variant_dir = work / "variant"
+    _write_variant(
+        quantized, _variant_manifest(parent, parent_path, request, name, version, settings), variant_dir
+    )
+    load_checked(variant_dir / parent.file)  # the ONNX checker with strict shape and type inference
+    return variant_dir, "pending"
+
+
+__all__ = [
+    "DEFAULT_MAX_AP_DROP",
+    "MANIFEST_FILE",
+    "AccuracyGateError",
+    "QuantizeRequest",
+    "ignored_scope",
+    "quantize_artifact",
+]

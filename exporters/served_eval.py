@@ -1,0 +1,129 @@
+"""COCO AP of an artifact as the service serves it: the service's decoding, resize and backend factory.
+
+The images are the split's files decoded by `service.decoding` (as an upload would be), resized by
+`service.imaging.resize_for_network` (the manifest's input spec) and run by the backend
+`service.backends.create_backend` picks for ``DETECT_BACKEND`` (default ``auto``); boxes go back to
+original pixels with the same `BoxTransform` the service uses. So the figure gated and recorded is the
+figure ``/detect`` gives, not one of a look-alike path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from exporters.coco_ap import ToOriginal
+from exporters.compare import Detections
+from service.backends import create_backend
+from service.decoding import decode_image
+from service.imaging import BoxTransform, resize_for_network
+from service.manifest import Manifest
+from service.repository import ModelEntry
+from service.settings import Settings
+
+
+class Runner(Protocol):
+    """What the evaluation needs of a runtime: `service.backends.Backend`'s ``infer`` contract."""
+
+    @property
+    def description(self) -> str: ...
+
+    def infer(self, images: np.ndarray) -> dict[str, np.ndarray]: ...
+
+    def close(self) -> None: ...
+
+
+# No request limit applies to a local evaluation; this only bounds a single pathological file.
+_MAX_PIXELS = 200_000_000
+
+
+def file_sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def served_batches(
+    manifest: Manifest, images_dir: Path, files: list[tuple[int, str]], batch_size: int
+) -> Iterator[tuple[np.ndarray, list[int], list[BoxTransform]]]:
+    """``(uint8 [B, H, W, 3] network input, image ids, box transforms)``, decoded and resized as served."""
+    for start in range(0, len(files), batch_size):
+        chunk = files[start : start + batch_size]
+        images, transforms = [], []
+        for _, file_name in chunk:
+            path = images_dir / file_name
+            image = decode_image(path.read_bytes(), max_pixels=_MAX_PIXELS, field=str(path))
+            resized, transform = resize_for_network(image, manifest.input)
+            images.append(resized)
+            transforms.append(transform)
+        yield np.stack(images), [image_id for image_id, _ in chunk], transforms
+
+
+def _to_original(transform: BoxTransform) -> ToOriginal:
+    def to_original(boxes: np.ndarray, _size: tuple[int, int]) -> np.ndarray:
+        return transform.boxes_to_original(boxes)
+
+    return to_original
+
+
+def served_metrics(
+    version_dir: str | Path,
+    data: str,
+    split: str | None = None,
+    *,
+    backend: str = "auto",
+    max_images: int | None = None,
+    batch_size: int = 8,
+    threads: int = 0,
+    manifest: Manifest | None = None,
+    runtime: Runner | None = None,
+) -> dict[str, Any]:
+    """``{"bbox": 12 COCO metrics, "segm": ... (mask models), "images", "annotations_sha256", "runtime"}``.
+
+    ``manifest`` overrides the folder's; ``runtime`` replaces the service's backend (a runtime the service
+    does not have yet, e.g. `exporters.openvino_eval.OpenVINORunner`); it is closed afterwards.
+    """
+    from exporters.coco_ap import _results
+    from training.coco_eval import CocoEvaluator
+    from training.data.coco import load_coco, resolve_split
+    from training.train import default_split
+
+    version_dir = Path(version_dir)
+    manifest = manifest or Manifest.read(version_dir)
+    split = split or default_split(data, "val")
+    images_dir, annotation_file = resolve_split(data, split)
+    coco_gt = load_coco(annotation_file)
+    ids = sorted(coco_gt.getImgIds())[:max_images]
+    files = [(i, str(coco_gt.imgs[i]["file_name"])) for i in ids]
+    category_ids = [
+        int(label.coco_id if label.coco_id is not None else i) for i, label in enumerate(manifest.labels)
+    ]
+    if runtime is None:
+        settings = Settings(backend=backend, intra_op_threads=threads)  # type: ignore[arg-type]
+        runtime = create_backend(ModelEntry(manifest.name, manifest.version, version_dir, manifest), settings)
+    evaluator = CocoEvaluator(coco_gt, iou_types=None)
+    try:
+        for images, image_ids, transforms in served_batches(manifest, Path(images_dir), files, batch_size):
+            results: list[dict[str, Any]] = []
+            per_image = Detections.from_contract(runtime.infer(images))
+            for dets, image_id, tf in zip(per_image, image_ids, transforms, strict=True):
+                size = (tf.original_height, tf.original_width)
+                results.extend(_results(dets, image_id, size, category_ids, _to_original(tf)))
+            evaluator.update(results, image_ids)
+        description = runtime.description
+    finally:
+        runtime.close()
+    metrics: dict[str, Any] = dict(evaluator.accumulate_and_summarize(verbose=False))
+    metrics |= {
+        "images": len(ids),
+        "split": split,
+        "annotations_sha256": file_sha256(annotation_file),
+        "runtime": description,
+    }
+    return metrics

@@ -1,0 +1,102 @@
+"""Every shipped artifact's recorded AP reproduces: the synthetic val split regenerated here, each image
+sent through ``POST /detect`` (the app: decoding, resize, batching, backend, boxes in original pixels),
+scored with pycocotools, within 0.003 of the manifest's ``accuracy``."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from service_testkit import make_settings, start_client
+
+from service.app import create_app
+from service.manifest import Manifest
+from training.coco_eval import CocoEvaluator
+from training.data.coco import load_coco
+from training.data.synthetic import generate_dataset
+
+REPOSITORY = Path(__file__).resolve().parents[2] / "models"
+SHIPPED = sorted(p.parent for p in REPOSITORY.glob("*/*/manifest.json"))
+# The command each shipped manifest's accuracy names: `detect-train synth --num-val 200 --seed 0`.
+VAL_IMAGES, SEED = 200, 0
+TOLERANCE = 0.003
+IMAGES_PER_REQUEST = 8
+
+
+@pytest.fixture(scope="session")
+def synthetic_val(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The 200-image synthetic val split of seed 0, generated once per test session (~15 s)."""
+    root = tmp_path_factory.mktemp("synthetic-val-200")
+    generate_dataset(root, 0, VAL_IMAGES, SEED)
+    return root
+
+
+def served_ap(client: Any, manifest: Manifest, root: Path) -> float:
+    coco = load_coco(root / "annotations" / "instances_val.json")
+    ids = sorted(coco.getImgIds())
+    evaluator = CocoEvaluator(coco, iou_types=("bbox",))
+    for start in range(0, len(ids), IMAGES_PER_REQUEST):
+        batch = ids[start : start + IMAGES_PER_REQUEST]
+        files = [
+            ("images", (str(i), (root / "val" / coco.imgs[i]["file_name"]).read_bytes(), "image/jpeg"))
+            for i in batch
+        ]
+        response = client.post(
+            "/detect",
+            params={
+                "model": manifest.name,
+                "version": manifest.version,
+                "score_threshold": manifest.score_threshold,
+                "max_detections": manifest.max_detections,
+            },
+            files=files,
+        )
+        assert response.status_code == 200, response.text
+        results = []
+        for image_id, result in zip(batch, response.json()["results"], strict=True):
+            for det in result["detections"]:
+                box = det["box"]
+                results.append(
+                    {
+                        "image_id": image_id,
+                        "category_id": manifest.labels[det["class_id"]].coco_id,
+                        "bbox": [box["x1"], box["y1"], box["x2"] - box["x1"], box["y2"] - box["y1"]],
+                        "score": det["score"],
+                    }
+                )
+        evaluator.update(results, batch)
+    return float(evaluator.accumulate_and_summarize(verbose=False)["bbox"]["AP"])
+
+
+def test_every_shipped_artifact_records_its_accuracy() -> None:
+    assert SHIPPED, f"no artifacts under {REPOSITORY}"
+    for directory in SHIPPED:
+        manifest = Manifest.read(directory)
+        assert manifest.accuracy is not None, f"{directory} records no accuracy"
+        assert manifest.accuracy.images == VAL_IMAGES, directory
+
+
+@pytest.mark.timeout(600)
+def test_shipped_artifacts_serve_their_recorded_ap(synthetic_val: Path) -> None:
+    annotations = (synthetic_val / "annotations" / "instances_val.json").read_bytes()
+    sha = hashlib.sha256(annotations).hexdigest()
+    client = start_client(create_app(make_settings(REPOSITORY, max_batch_size=8, intra_op_threads=2)))
+    try:
+        for directory in SHIPPED:
+            manifest = Manifest.read(directory)
+            accuracy = manifest.accuracy
+            assert accuracy is not None
+            # The split regenerated here is the one the figure was measured on, byte for byte.
+            assert accuracy.annotations_sha256 == sha, f"{directory}: measured on other ground truth"
+            ap = served_ap(client, manifest, synthetic_val)
+            assert ap == pytest.approx(accuracy.box_ap, abs=TOLERANCE), f"{directory}: served AP {ap:.4f}"
+            info = client.get(f"/v1/models/{manifest.name}", params={"version": manifest.version}).json()
+            assert info["precision"] == manifest.precision
+            assert info["accuracy"]["box_ap"] == accuracy.box_ap
+            if manifest.parent is not None:  # a variant shows where it comes from and what it lost
+                assert info["parent"]["name"] == manifest.parent.name
+                assert info["accuracy"]["box_ap_delta"] == accuracy.box_ap_delta
+    finally:
+        client.__exit__(None, None, None)
