@@ -16,8 +16,8 @@ The result is a QDQ ONNX (QuantizeLinear / DequantizeLinear pairs, weights store
 Runtime, OpenVINO and TensorRT (explicit precision) all run; docs/quantization.md gives the measurements
 behind that choice.
 
-bf16: the parent's graph unchanged, with manifest precision ``bf16``: the OpenVINO CPU plugin runs it with
-``INFERENCE_PRECISION_HINT=bf16``; it is evaluated that way (:mod:`exporters.openvino_eval`).
+bf16: the parent's graph as an OpenVINO IR with manifest precision ``bf16`` (`exporters.bf16_variant`): the
+service's OpenVINO backend runs it with ``INFERENCE_PRECISION_HINT=bf16``, and the gate evaluates it there.
 
 The gate: the variant's box AP (and mask AP for mask models) on the validation split may fall at most
 ``max_ap_drop`` below the parent's; otherwise nothing is written and `AccuracyGateError` says by how much
@@ -388,15 +388,18 @@ def quantize_artifact(request: QuantizeRequest) -> Manifest:
             )
             runtime = str(variant_metrics["runtime"])
         else:
-            from exporters.openvino_eval import openvino_metrics
+            from exporters.bf16_variant import write_bf16_variant
 
             variant_dir = work / "variant"
-            variant_dir.mkdir()
-            shutil.copyfile(parent_path, variant_dir / parent.file)
-            settings = {"openvino_inference_precision_hint": "bf16"}
-            _variant_manifest(parent, parent_path, request, name, version, settings).write(variant_dir)
-            variant_metrics = openvino_metrics(
-                variant_dir, request.data, request.val_split, "bf16", max_images=request.max_eval_images
+            settings = {"format": "OpenVINO IR, fp16-stored weights, run with INFERENCE_PRECISION_HINT=bf16"}
+            manifest = _variant_manifest(parent, parent_path, request, name, version, settings)
+            write_bf16_variant(parent_path, manifest, variant_dir)
+            variant_metrics = served_metrics(
+                variant_dir,
+                request.data,
+                request.val_split,
+                backend=request.backend,
+                max_images=request.max_eval_images,
             )
             runtime = str(variant_metrics["runtime"])
         parent_metrics = served_metrics(
@@ -420,9 +423,18 @@ def quantize_artifact(request: QuantizeRequest) -> Manifest:
                 f"{accuracy.images} images of {request.data} split {accuracy.split}: {'; '.join(failures)}. "
                 f"Nothing was written; {hint}pass --no-accuracy-gate to write it anyway"
             )
-        manifest = Manifest.read(variant_dir).model_copy(update={"accuracy": accuracy})
+        display = variant_metrics.get("display_threshold")
+        manifest = Manifest.read(variant_dir).model_copy(
+            update={
+                "accuracy": accuracy,
+                "display_score_threshold": display["threshold"] if display else None,
+                "metrics": {"display_threshold": display} if display else {},
+            }
+        )
         with staged_directory(request.output, force=request.force) as staging:
-            shutil.copyfile(variant_dir / manifest.file, staging / manifest.file)
+            for path in variant_dir.iterdir():  # the model file (and an IR's weights)
+                if path.name != "manifest.json":
+                    shutil.copyfile(path, staging / path.name)
             manifest.write(staging)
         return manifest
 

@@ -72,6 +72,19 @@ def _to_original(transform: BoxTransform) -> ToOriginal:
     return to_original
 
 
+def served_display_threshold(evaluator: Any, data: str, split: str) -> dict[str, Any] | None:
+    """The F1-optimal display threshold of an evaluated detector (`exporters.display_threshold`), with where
+    it was measured; None when the split gives nothing to choose from (no detection)."""
+    from exporters.display_threshold import f1_optimal_threshold
+
+    try:
+        chosen = f1_optimal_threshold(evaluator.coco_gt, evaluator.results)
+    except ValueError:
+        return None
+    method = "F1-optimal, IoU 0.5, classes pooled"
+    return {**chosen.to_dict(), "dataset": f"{data} ({split})", "method": method}
+
+
 def served_metrics(
     version_dir: str | Path,
     data: str,
@@ -86,8 +99,8 @@ def served_metrics(
 ) -> dict[str, Any]:
     """``{"bbox": 12 COCO metrics, "segm": ... (mask models), "images", "annotations_sha256", "runtime"}``.
 
-    ``manifest`` overrides the folder's; ``runtime`` replaces the service's backend (a runtime the service
-    does not have yet, e.g. `exporters.openvino_eval.OpenVINORunner`); it is closed afterwards.
+    ``manifest`` overrides the folder's; ``runtime`` replaces the service's backend (e.g. one a test built
+    itself); it is closed afterwards.
     """
     from exporters.coco_ap import _results
     from training.coco_eval import CocoEvaluator
@@ -120,6 +133,7 @@ def served_metrics(
     finally:
         runtime.close()
     metrics: dict[str, Any] = dict(evaluator.accumulate_and_summarize(verbose=False))
+    metrics["display_threshold"] = served_display_threshold(evaluator, data, split)
     metrics |= {
         "images": len(ids),
         "split": split,

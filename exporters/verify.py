@@ -41,15 +41,14 @@ from exporters.compare import (
     raw_errors,
     summarize_matches,
 )
-from exporters.display_threshold import f1_optimal_threshold
 from exporters.errors import ExportError, InvalidModelError
 from exporters.onnx_graph import load_checked, with_outputs
 from exporters.postprocess_graph import PostprocessSettings
 from exporters.runtime import cpu_session, run_contract
+from exporters.served_eval import served_display_threshold
 from exporters.wrappers import ExportWrapper, get_wrapper
 from service.manifest import MANIFEST_FILE, Manifest
 from training.checkpoint import load_checkpoint, sha256_file
-from training.coco_eval import CocoEvaluator
 from training.data.letterbox import letterbox_geometry, letterbox_resize
 
 
@@ -335,7 +334,7 @@ def verify_artifact(
             "onnx": stats["onnx"],
         }
         report["summary"] += f"; COCO AP eager {stats['eager']['AP']:.4f} onnx {stats['onnx']['AP']:.4f}"
-        display = _display_threshold(evaluators["onnx"], data, split)
+        display = served_display_threshold(evaluators["onnx"], data, split)
         if display is not None:
             report["display_threshold"] = display
             report["summary"] += f"; display threshold {display['threshold']:.4f} (F1 {display['f1']:.3f})"
@@ -370,17 +369,6 @@ def verify_artifact(
     return report
 
 
-def _display_threshold(evaluator: CocoEvaluator, data: str, split: str) -> dict[str, Any] | None:
-    """The F1-optimal display threshold of an evaluated detector (``exporters.display_threshold``), with
-    where it was measured; None when the split gives nothing to choose from (no detection)."""
-    try:
-        chosen = f1_optimal_threshold(evaluator.coco_gt, evaluator.results)
-    except ValueError:
-        return None
-    method = "F1-optimal, IoU 0.5, classes pooled"
-    return {**chosen.to_dict(), "dataset": f"{data} ({split})", "method": method}
-
-
 def artifact_display_threshold(
     artifact_dir: str | Path,
     data: str,
@@ -389,29 +377,20 @@ def artifact_display_threshold(
     max_images: int | None = None,
     write: bool = True,
 ) -> dict[str, Any]:
-    """``detect-export display-threshold``: the artifact alone (no checkpoint) in ONNX Runtime on a
-    COCO-format split; writes ``display_score_threshold`` (and ``metrics.display_threshold``)."""
-    from training.train import default_split
+    """``detect-export display-threshold``: the artifact alone (no checkpoint), served as the service
+    serves it (`exporters.served_eval`, any format the service runs here) on a COCO-format split; writes
+    ``display_score_threshold`` (and ``metrics.display_threshold``)."""
+    from exporters.served_eval import served_metrics
 
     artifact_dir = Path(artifact_dir)
-    manifest, model_path = read_artifact(artifact_dir)
-    if manifest.format != "onnx":
-        raise InvalidModelError(f"{artifact_dir} holds a {manifest.format} artifact; need an ONNX one")
-    split = split or default_split(data, "val")
-    evaluator = coco_evaluators(
-        {"onnx": onnx_detector(cpu_session(load_checked(model_path)))},
-        root=data,
-        split=split,
-        categories=[{"id": label.coco_id, "name": label.name} for label in manifest.labels],
-        resize=manifest_resize(manifest),
-        batch_size=batch_size,
-        max_images=max_images,
-        to_original=manifest_to_original(manifest),
-    )["onnx"]
-    display = _display_threshold(evaluator, data, split)
+    manifest, _ = read_artifact(artifact_dir)
+    measured = served_metrics(artifact_dir, data, split, max_images=max_images, batch_size=batch_size)
+    display = measured["display_threshold"]
     if display is None:
-        raise ExportError(f"the model detected nothing on {data} ({split}): no display threshold to choose")
-    display["coco_ap"] = evaluator.stats["bbox"]["AP"]
+        raise ExportError(
+            f"the model detected nothing on {data} ({measured['split']}): no threshold to choose"
+        )
+    display["coco_ap"] = measured["bbox"]["AP"]
     if write:
         metrics = {**manifest.metrics, "display_threshold": display}
         write_manifest(
