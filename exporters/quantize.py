@@ -375,18 +375,20 @@ def quantize_artifact(request: QuantizeRequest) -> Manifest:
     name, version = name_and_version(request.output, request.name, request.version)
     if request.output.exists() and not request.force:
         raise ExportError(f"output directory {request.output} already exists (use --force to replace it)")
+
+    def measured(artifact: Path) -> dict[str, Any]:  # as served, on the gate's validation images
+        return served_metrics(
+            artifact,
+            request.data,
+            request.val_split,
+            backend=request.backend,
+            max_images=request.max_eval_images,
+        )
+
     with tempfile.TemporaryDirectory(prefix="quantize-") as tmp:
         work = Path(tmp)
         if request.precision == "int8":
-            variant_dir, runtime = _make_int8(request, parent, parent_path, name, version, work)
-            variant_metrics = served_metrics(
-                variant_dir,
-                request.data,
-                request.val_split,
-                backend=request.backend,
-                max_images=request.max_eval_images,
-            )
-            runtime = str(variant_metrics["runtime"])
+            variant_dir, _ = _make_int8(request, parent, parent_path, name, version, work)
         else:
             from exporters.bf16_variant import write_bf16_variant
 
@@ -394,21 +396,9 @@ def quantize_artifact(request: QuantizeRequest) -> Manifest:
             settings = {"format": "OpenVINO IR, fp16-stored weights, run with INFERENCE_PRECISION_HINT=bf16"}
             manifest = _variant_manifest(parent, parent_path, request, name, version, settings)
             write_bf16_variant(parent_path, manifest, variant_dir)
-            variant_metrics = served_metrics(
-                variant_dir,
-                request.data,
-                request.val_split,
-                backend=request.backend,
-                max_images=request.max_eval_images,
-            )
-            runtime = str(variant_metrics["runtime"])
-        parent_metrics = served_metrics(
-            request.artifact,
-            request.data,
-            request.val_split,
-            backend=request.backend,
-            max_images=request.max_eval_images,
-        )
+        variant_metrics = measured(variant_dir)
+        runtime = str(variant_metrics["runtime"])
+        parent_metrics = measured(request.artifact)
         accuracy = accuracy_record(variant_metrics, parent_metrics, request, runtime)
         failures = gate_failures(accuracy, request.max_ap_drop)
         if failures and request.gate:

@@ -179,6 +179,20 @@ class BuildConfig:
     workspace_gb: float | None = None
     timing_cache: str | None = None
 
+    @classmethod
+    def for_artifact(cls, manifest: Manifest, request: TensorRTExportRequest) -> BuildConfig:
+        """The build settings a `trt` request asks for, for the artifact's input."""
+        return cls(
+            input_name=manifest.input.name,
+            height=manifest.input.height,
+            width=manifest.input.width,
+            min_batch=request.min_batch,
+            opt_batch=request.opt_batch,
+            max_batch=request.max_batch,
+            workspace_gb=request.workspace_gb,
+            timing_cache=str(request.timing_cache) if request.timing_cache else None,
+        )
+
     def shapes(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
         """(min, opt, max) input shapes, NHWC."""
         tail = (self.height, self.width, self.channels)
@@ -392,16 +406,7 @@ def export_tensorrt(request: TensorRTExportRequest) -> Manifest:
             "trt needs the FP32 ONNX one"
         )
     fp32 = load_checked(model_path)
-    config = BuildConfig(
-        input_name=manifest.input.name,
-        height=manifest.input.height,
-        width=manifest.input.width,
-        min_batch=request.min_batch,
-        opt_batch=request.opt_batch,
-        max_batch=request.max_batch,
-        workspace_gb=request.workspace_gb,
-        timing_cache=str(request.timing_cache) if request.timing_cache else None,
-    )
+    config = BuildConfig.for_artifact(manifest, request)
     config.validate(fp32)
     raw = raw_names_from_manifest(manifest)
     fp16 = convert_to_fp16(fp32, manifest.input.name, raw, fp16_scopes(manifest))

@@ -34,16 +34,7 @@ def export_int8_engine(request: TensorRTExportRequest, manifest: Manifest, model
     )
 
     qdq = load_checked(model_path)
-    config = BuildConfig(
-        input_name=manifest.input.name,
-        height=manifest.input.height,
-        width=manifest.input.width,
-        min_batch=request.min_batch,
-        opt_batch=request.opt_batch,
-        max_batch=request.max_batch,
-        workspace_gb=request.workspace_gb,
-        timing_cache=str(request.timing_cache) if request.timing_cache else None,
-    )
+    config = BuildConfig.for_artifact(manifest, request)
     config.validate(qdq)
     ops = check_tensorrt_ops(qdq)
     if not ops["passed"]:
