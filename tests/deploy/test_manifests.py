@@ -253,7 +253,7 @@ def test_gpu_overlay_schedules_on_gpus(rendered):
     cpu_spec = pod_spec(one(cpu, "Deployment"))
     assert "nvidia.com/gpu" not in str(cpu_spec)
     assert cpu_spec["containers"][0]["image"].endswith(":serve-cpu-0.1.0")
-    assert one(cpu, "ConfigMap")["data"]["DETECT_BACKEND"] == "cpu"
+    assert one(cpu, "ConfigMap")["data"]["DETECT_BACKEND"] == "auto"
 
 
 def test_cpu_overlay_threads_match_the_cpu_limit(rendered):
