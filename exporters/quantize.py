@@ -36,12 +36,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import onnx
 
 from exporters.artifact import read_artifact, staged_directory, tool_versions, utc_now
 from exporters.errors import ExportError, InvalidModelError, VerificationError
-from exporters.fp16 import SENSITIVE_OP_TYPES, split_nodes
+from exporters.nncf_int8 import (
+    NNCF_SETTINGS,
+    calibration_files,
+    ignored_scope,
+    nncf_ignored_scope,
+    quantize_int8,
+    to_signed_int8,
+)
 from exporters.onnx_graph import ensure_node_names, load_checked, restore_weights_fp32
 from exporters.served_eval import file_sha256, served_batches, served_metrics
 from service.manifest import MANIFEST_FILE, Accuracy, Manifest, Parent
@@ -74,131 +80,6 @@ class QuantizeRequest:
     version: str | None = None
     force: bool = False
     nncf_options: dict[str, Any] = field(default_factory=dict)
-
-
-# ------------------------------------------------------------------------------------------ ignored scope
-
-
-def ignored_scope(model: onnx.ModelProto, manifest: Manifest) -> dict[str, list[str]]:
-    """``{"names", "patterns", "types"}`` of the nodes that stay fp32 (module docstring)."""
-    from exporters.verify import raw_names_from_manifest
-    from exporters.wrappers import get_wrapper
-
-    raw = raw_names_from_manifest(manifest)
-    # No fp16 scopes: a two-stage detector's RoI heads count as post-processing here, so they stay fp32.
-    pre, _, post = split_nodes(model, manifest.input.name, raw)
-    names = sorted(model.graph.node[i].name for i in pre + post)
-    patterns = list(get_wrapper(manifest.architecture).int8_ignored_patterns)
-    return {"names": names, "patterns": patterns, "types": list(SENSITIVE_OP_TYPES)}
-
-
-def _nncf_ignored_scope(scope: dict[str, list[str]]) -> Any:
-    import nncf
-
-    return nncf.IgnoredScope(
-        names=scope["names"], patterns=scope["patterns"], types=scope["types"], validate=False
-    )
-
-
-# ------------------------------------------------------------------------------------------ calibration
-
-
-def calibration_files(data: str, split: str, count: int, seed: int) -> tuple[Path, list[tuple[int, str]]]:
-    """``count`` images of the split, drawn without replacement by ``seed`` (all of them if fewer)."""
-    from training.data.coco import load_coco, resolve_split
-
-    images_dir, annotation_file = resolve_split(data, split)
-    coco = load_coco(annotation_file)
-    ids = sorted(coco.getImgIds())
-    if not ids:
-        raise ExportError(f"calibration split {split!r} of {data} has no images")
-    if count < len(ids):
-        ids = sorted(np.random.default_rng(seed).choice(ids, size=count, replace=False).tolist())
-    return Path(images_dir), [(int(i), str(coco.imgs[i]["file_name"])) for i in ids]
-
-
-def to_signed_int8(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The same QDQ graph with every UINT8 quantizer made INT8, in place.
-
-    NNCF quantizes non-negative activations (after ReLU) as UINT8 with zero point 0; TensorRT's explicit
-    quantization takes only INT8 Q/DQ with zero point 0 (its op check refuses UINT8), and NNCF's hardware
-    configurations do not let signed activations be forced. A UINT8 quantizer of scale ``s`` covers
-    [0, 255 s]; INT8 with scale ``255 s / 127`` covers the same range, one bit coarser, which the gate
-    measures. So one artifact serves ONNX Runtime, OpenVINO and TensorRT alike.
-    """
-    from onnx import TensorProto, numpy_helper
-
-    inits = {init.name: init for init in model.graph.initializer}
-    pairs = set()
-    quantized_outputs = set()
-    for node in model.graph.node:
-        if node.op_type in ("QuantizeLinear", "DequantizeLinear") and len(node.input) == 3:
-            zero_point = inits.get(node.input[2])
-            if zero_point is not None and zero_point.data_type == TensorProto.UINT8:
-                pairs.add((node.input[1], node.input[2]))
-                if node.op_type == "QuantizeLinear":
-                    quantized_outputs.add(node.output[0])
-    retyped = quantized_outputs | {zero for _, zero in pairs}
-    for info in model.graph.value_info:
-        if info.name in retyped:
-            info.type.tensor_type.elem_type = TensorProto.INT8
-    for _scale, zero_name in sorted(pairs):
-        zero = numpy_helper.to_array(inits[zero_name])
-        if zero.any():
-            raise InvalidModelError(
-                f"quantizer {zero_name} is asymmetric (zero point != 0); cannot make it INT8"
-            )
-        inits[zero_name].CopyFrom(numpy_helper.from_array(zero.astype(np.int8), zero_name))
-    for scale_name in sorted({scale for scale, _ in pairs}):
-        scale = numpy_helper.to_array(inits[scale_name])
-        inits[scale_name].CopyFrom(
-            numpy_helper.from_array((scale * (255.0 / 127.0)).astype(scale.dtype), scale_name)
-        )
-    return model
-
-
-NNCF_SETTINGS = {
-    "preset": "nncf default (PERFORMANCE: symmetric weights and activations)",
-    "activations": "UINT8 quantizers rewritten as INT8, scale x 255/127 (exporters.quantize.to_signed_int8)",
-    "weights": "INT8 per channel (nncf default)",
-    "fast_bias_correction": True,
-}
-
-
-def quantize_batches(
-    model: onnx.ModelProto,
-    manifest: Manifest,
-    batches: list[np.ndarray],
-    scope: dict[str, list[str]],
-    options: dict[str, Any] | None = None,
-) -> onnx.ModelProto:
-    """NNCF post-training quantization of ``model`` calibrated on uint8 network inputs ``batches``."""
-    import nncf
-
-    nncf.set_log_level(logging.WARNING)
-    dataset = nncf.Dataset(batches, lambda images: {manifest.input.name: images})
-    return to_signed_int8(
-        nncf.quantize(
-            model,
-            dataset,
-            subset_size=len(batches),
-            ignored_scope=_nncf_ignored_scope(scope),
-            **(options or {}),
-        )
-    )
-
-
-def quantize_int8(
-    model: onnx.ModelProto,
-    manifest: Manifest,
-    images_dir: Path,
-    files: list[tuple[int, str]],
-    scope: dict[str, list[str]],
-    options: dict[str, Any],
-) -> onnx.ModelProto:
-    """`quantize_batches` calibrated on ``files`` decoded and resized as the service does."""
-    batches = [images for images, _, _ in served_batches(manifest, images_dir, files, 1)]
-    return quantize_batches(model, manifest, batches, scope, options)
 
 
 def quantize_int8_with_accuracy_control(
@@ -239,7 +120,7 @@ def quantize_int8_with_accuracy_control(
             max_drop=request.max_ap_drop,
             drop_type=nncf.DropType.ABSOLUTE,
             subset_size=len(batches),
-            ignored_scope=_nncf_ignored_scope(scope),
+            ignored_scope=nncf_ignored_scope(scope),
         )
     )
 
@@ -483,6 +364,5 @@ __all__ = [
     "MANIFEST_FILE",
     "AccuracyGateError",
     "QuantizeRequest",
-    "ignored_scope",
     "quantize_artifact",
 ]

@@ -73,7 +73,7 @@ class ExportWrapper(ABC):
     fp16_scopes: ClassVar[tuple[str, ...]] = ()
     # Regular expressions (NNCF IgnoredScope patterns: re.search on ONNX node names) of network nodes
     # that stay fp32 in INT8 variants, beyond the preprocessing and post-processing every model keeps
-    # (exporters.quantize.ignored_scope).
+    # (exporters.nncf_int8.ignored_scope).
     int8_ignored_patterns: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, checkpoint: Checkpoint) -> None:

@@ -197,7 +197,7 @@ def test_tensorrt_engine_builds_from_the_artifact(effdet_export: ExportedArtifac
 def test_int8_keeps_bifpn_fusion_fp32(effdet_export: ExportedArtifact) -> None:
     import re
 
-    from exporters.quantize import ignored_scope, quantize_batches
+    from exporters.nncf_int8 import ignored_scope, quantize_batches
 
     manifest = Manifest.read(effdet_export.directory)
     model = onnx.load(str(effdet_export.directory / manifest.file))

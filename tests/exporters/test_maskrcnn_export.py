@@ -192,7 +192,7 @@ def test_coco_verification_and_bench_cover_masks(
 def test_int8_keeps_the_roi_heads_and_mask_sigmoid_fp32(mask_artifact: Path) -> None:
     import re
 
-    from exporters.quantize import ignored_scope, quantize_batches
+    from exporters.nncf_int8 import ignored_scope, quantize_batches
 
     manifest = Manifest.read(mask_artifact)
     model = onnx.load(str(mask_artifact / manifest.file))

@@ -16,8 +16,9 @@ import onnx
 import pytest
 
 from exporters.cli import EXIT_GPU_REQUIRED, main
+from exporters.nncf_int8 import ignored_scope
 from exporters.onnx_graph import load_checked
-from exporters.quantize import gate_failures, ignored_scope
+from exporters.quantize import gate_failures
 from exporters.served_eval import file_sha256
 from exporters.tensorrt_build import (
     TensorRTExportRequest,
