@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from service.wait_estimate import BatchTimeModel, expected_finish_s, retry_after_s
@@ -21,6 +22,18 @@ def test_one_batch_size_is_proportional_and_two_fit_a_line() -> None:
         model.observe(8, 0.85)
     assert model.seconds(1) == pytest.approx(0.15, abs=0.02)
     assert model.seconds(8) == pytest.approx(0.85, abs=0.02)
+
+
+def test_the_fit_is_least_squares_over_the_recent_window() -> None:
+    rng = np.random.default_rng(0)
+    model = BatchTimeModel(history=50)
+    sizes = rng.integers(1, 17, size=80)
+    times = 0.004 * sizes + 0.002 + rng.normal(0, 0.0005, size=80)
+    for size, seconds in zip(sizes, times, strict=True):
+        model.observe(int(size), float(seconds))
+    a, b = np.polyfit(sizes[-50:].astype(float), times[-50:], 1)  # only the last 50 count
+    assert model.seconds(1) == pytest.approx(a + b, rel=1e-9)
+    assert model.seconds(16) == pytest.approx(16 * a + b, rel=1e-9)
 
 
 def test_expected_finish_counts_the_running_batch_and_full_batches_ahead() -> None:
