@@ -26,7 +26,7 @@ from service_testkit import (
     with_exif_orientation,
 )
 
-from service.runtime import ModelRuntime
+from service.model_runtime import ModelRuntime
 
 MakeClient = Callable[..., TestClient]
 
