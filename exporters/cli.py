@@ -14,17 +14,20 @@ after writing everything that needs none). Failed commands leave no partial arti
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from exporters.errors import ExportError, GpuRequiredError, VerificationError
 
 EXIT_BAD_INPUT = 2
 EXIT_VERIFICATION = 3
 EXIT_GPU_REQUIRED = 4
+
+T = TypeVar("T")
 
 
 def _add_data_arguments(parser: argparse.ArgumentParser, what: str) -> None:
@@ -54,6 +57,13 @@ def _print_report(report: dict[str, Any], json_path: Path | None, command: str) 
         print(f"({_SKIP_HINTS[command]})")
     if json_path is not None:
         json_path.write_text(json.dumps(report, indent=2) + "\n")
+
+
+def _request(cls: Callable[..., T], args: argparse.Namespace, **renamed: Any) -> T:
+    """A command's request dataclass from the arguments of the same names, plus ``renamed`` (the
+    fields whose flag is named or phrased otherwise, e.g. ``--no-verify``)."""
+    names = {f.name for f in dataclasses.fields(cast(Any, cls))}
+    return cls(**{name: getattr(args, name) for name in names if hasattr(args, name)}, **renamed)
 
 
 # ---------------------------------------------------------------------------------- one pair per command
@@ -97,24 +107,8 @@ def _add_onnx_parser(sub: Any) -> None:
 def _run_onnx(args: argparse.Namespace) -> int:
     from exporters.onnx_export import OnnxExportRequest, export_onnx
 
-    manifest = export_onnx(
-        OnnxExportRequest(
-            checkpoint=args.checkpoint,
-            output=args.output,
-            name=args.name,
-            version=args.version,
-            opset=args.opset,
-            score_threshold=args.score_threshold,
-            iou_threshold=args.iou_threshold,
-            topk_per_class=args.topk_per_class,
-            pre_nms_topk=args.pre_nms_topk,
-            max_detections=args.max_detections,
-            max_batch_size=args.max_batch,
-            verify=not args.no_verify,
-            force=args.force,
-            weight_storage=args.weight_storage,
-        )
-    )
+    request = _request(OnnxExportRequest, args, max_batch_size=args.max_batch, verify=not args.no_verify)
+    manifest = export_onnx(request)
     print(
         f"wrote {args.output}/{manifest.file} and manifest.json ({manifest.name}/{manifest.version}, "
         f"{manifest.architecture}, {len(manifest.labels)} labels, K={manifest.max_detections})"
@@ -232,24 +226,7 @@ def _add_trt_parser(sub: Any) -> None:
 def _run_trt(args: argparse.Namespace) -> int:
     from exporters.tensorrt_build import TensorRTExportRequest, export_tensorrt
 
-    manifest = export_tensorrt(
-        TensorRTExportRequest(
-            artifact=args.artifact,
-            output=args.output,
-            min_batch=args.min_batch,
-            opt_batch=args.opt_batch,
-            max_batch=args.max_batch,
-            workspace_gb=args.workspace_gb,
-            timing_cache=args.timing_cache,
-            data=args.data,
-            split=args.split,
-            max_images=args.max_images,
-            name=args.name,
-            version=args.version,
-            force=args.force,
-            verify=not args.no_verify,
-        )
-    )
+    manifest = export_tensorrt(_request(TensorRTExportRequest, args, verify=not args.no_verify))
     print(f"wrote {args.output}/{manifest.file} and manifest.json (format {manifest.format}, fp16)")
     return 0
 
@@ -285,27 +262,14 @@ def _add_quantize_parser(sub: Any) -> None:
 def _run_quantize(args: argparse.Namespace) -> int:
     from exporters.quantize import QuantizeRequest, quantize_artifact
 
-    manifest = quantize_artifact(
-        QuantizeRequest(
-            artifact=args.artifact,
-            output=args.output,
-            data=args.data,
-            precision=args.precision,
-            calibration_split=args.calibration_split,
-            calibration_images=args.calibration_images,
-            seed=args.seed,
-            val_split=args.split,
-            max_eval_images=args.max_images,
-            max_ap_drop=args.max_ap_drop,
-            gate=not args.no_accuracy_gate,
-            accuracy_control=args.accuracy_control,
-            backend=args.backend,
-            dataset_description=args.dataset_description,
-            name=args.name,
-            version=args.version,
-            force=args.force,
-        )
+    request = _request(
+        QuantizeRequest,
+        args,
+        val_split=args.split,
+        max_eval_images=args.max_images,
+        gate=not args.no_accuracy_gate,
     )
+    manifest = quantize_artifact(request)
     acc = manifest.accuracy
     assert acc is not None
     mask = "" if acc.mask_ap is None else f"; mask AP {acc.mask_ap:.4f} ({acc.mask_ap_delta:+.4f})"

@@ -1,4 +1,7 @@
-"""Helpers of the POST /detect tests."""
+"""Helpers of the POST /detect tests.
+The toy model scores an image by its mean pixel value (score of row 0 = mean / 255), so every check
+of "its own answer" compares a response with the grey level its request sent.
+"""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
 """POST /detect refusing what it cannot serve: bad input (4xx naming what was wrong), limits (413),
 overload (429, 504) and backend failure (500 for that batch only).
-
-The toy model scores an image by its mean pixel value (score of row 0 = mean / 255), so every check
-of "its own answer" compares a response with the grey level its request sent.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
 """POST /detect across models: resize geometry (letterbox, stretch), versions, mask models, fixed
 batches, Server-Timing, and the choice of model.
-
-The toy model scores an image by its mean pixel value (score of row 0 = mean / 255), so every check
-of "its own answer" compares a response with the grey level its request sent.
 """
 
 from __future__ import annotations
