@@ -1,13 +1,19 @@
-"""The engine build configuration, validated against the graph with no GPU."""
+"""The engine build configuration, validated against the graph with no GPU, and the engine check's
+path through the service's TensorRT backend (the backend stood in for by ONNX Runtime on the CPU)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import onnx
 import pytest
 from exporters_testkit import ExportedArtifact
 
 from exporters.errors import ExportError
-from exporters.tensorrt_engine import BuildConfig
+from exporters.tensorrt_engine import BuildConfig, check_engine
+from service.backends import tensorrt_backend
+from service.backends.onnxruntime_backend import OnnxRuntimeBackend
+from service.manifest import Manifest
 
 
 def test_build_config_is_validated_against_the_graph(exported: ExportedArtifact) -> None:
@@ -32,3 +38,22 @@ def test_build_config_describes_its_profile() -> None:
         "cache",
         None,
     )
+
+
+def test_the_engine_is_checked_through_the_service_backend_with_the_engine_manifest(
+    exported: ExportedArtifact, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loaded: list[tuple[Manifest, Path]] = []
+
+    class StandIn(OnnxRuntimeBackend):  # what TensorRTBackend(manifest, plan) is given, run on the CPU
+        def __init__(self, manifest: Manifest, engine_path: Path) -> None:
+            loaded.append((manifest, engine_path))
+            super().__init__(manifest, exported.model_path)
+
+    monkeypatch.setattr(tensorrt_backend, "TensorRTBackend", StandIn)
+    engine_manifest = Manifest.read(exported.directory).model_copy(update={"max_batch_size": 4})
+    report = check_engine(Path("model.plan"), onnx.load(str(exported.model_path)), engine_manifest)
+    assert loaded == [(engine_manifest, Path("model.plan"))]
+    assert report["contract"] == {"passed": True, "problems": []}
+    matches = report["detections_vs_onnxruntime"]
+    assert matches["unexplained"] == 0 and matches["matched"] > 0
