@@ -14,16 +14,20 @@ after writing everything that needs none). Failed commands leave no partial arti
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from exporters.errors import ExportError, GpuRequiredError, VerificationError
 
 EXIT_BAD_INPUT = 2
 EXIT_VERIFICATION = 3
 EXIT_GPU_REQUIRED = 4
+
+T = TypeVar("T")
 
 
 def _add_data_arguments(parser: argparse.ArgumentParser, what: str) -> None:
@@ -35,7 +39,35 @@ def _add_data_arguments(parser: argparse.ArgumentParser, what: str) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="detect-export", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    for add_parser, _ in COMMANDS.values():
+        add_parser(sub)
+    return parser
 
+
+# What skips each command's gate, named in its failure message.
+_SKIP_HINTS = {
+    "verify": "detect-export onnx --no-verify exports without this check",
+    "fp16-eval": "detect-export trt --no-verify builds without this check",
+}
+
+
+def _print_report(report: dict[str, Any], json_path: Path | None, command: str) -> None:
+    print(f"{'PASSED' if report['passed'] else 'FAILED'}: {report.get('summary', '')}".rstrip(": "))
+    if not report["passed"]:
+        print(f"({_SKIP_HINTS[command]})")
+    if json_path is not None:
+        json_path.write_text(json.dumps(report, indent=2) + "\n")
+
+
+def _request(cls: Callable[..., T], args: argparse.Namespace, **renamed: Any) -> T:
+    """A command's request dataclass from the arguments of the same names, plus ``renamed`` (the
+    fields whose flag is named or phrased otherwise, e.g. ``--no-verify``)."""
+    names = {f.name for f in dataclasses.fields(cast(Any, cls))}
+    return cls(**{name: getattr(args, name) for name in names if hasattr(args, name)}, **renamed)
+
+
+# ---------------------------------------------------------------------------------- one pair per command
+def _add_onnx_parser(sub: Any) -> None:
     onnx = sub.add_parser("onnx", help="export a checkpoint to an ONNX artifact (model.onnx + manifest.json)")
     onnx.add_argument("--checkpoint", required=True, type=Path)
     onnx.add_argument(
@@ -71,6 +103,21 @@ def build_parser() -> argparse.ArgumentParser:
     onnx.add_argument("--no-verify", action="store_true", help="skip the comparison with eager PyTorch")
     onnx.add_argument("--force", action="store_true", help="replace an existing output folder")
 
+
+def _run_onnx(args: argparse.Namespace) -> int:
+    from exporters.onnx_export import OnnxExportRequest, export_onnx
+
+    request = _request(OnnxExportRequest, args, max_batch_size=args.max_batch, verify=not args.no_verify)
+    manifest = export_onnx(request)
+    print(
+        f"wrote {args.output}/{manifest.file} and manifest.json ({manifest.name}/{manifest.version}, "
+        f"{manifest.architecture}, {len(manifest.labels)} labels, K={manifest.max_detections})"
+    )
+    print(f"verification: {manifest.verification.get('summary', manifest.verification)}")
+    return 0
+
+
+def _add_verify_parser(sub: Any) -> None:
     verify = sub.add_parser(
         "verify", help="compare an ONNX artifact with eager PyTorch; results into manifest"
     )
@@ -81,6 +128,24 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--no-write", action="store_true", help="do not record the results in the manifest")
     verify.add_argument("--json", type=Path, help="also write the full report here")
 
+
+def _run_verify(args: argparse.Namespace) -> int:
+    from exporters.verify import verify_artifact
+
+    report = verify_artifact(
+        args.artifact,
+        args.checkpoint,
+        data=args.data,
+        split=args.split,
+        batch_size=args.batch_size,
+        max_images=args.max_images,
+        write=not args.no_write,
+    )
+    _print_report(report, args.json, args.command)
+    return 0 if report["passed"] else EXIT_VERIFICATION
+
+
+def _add_display_threshold_parser(sub: Any) -> None:
     display = sub.add_parser(
         "display-threshold",
         help="F1-optimal score threshold for drawing boxes, from the artifact alone; into the manifest",
@@ -92,6 +157,23 @@ def build_parser() -> argparse.ArgumentParser:
     display.add_argument("--batch-size", type=int, default=8)
     display.add_argument("--no-write", action="store_true", help="only print it")
 
+
+def _run_display_threshold(args: argparse.Namespace) -> int:
+    from exporters.verify import artifact_display_threshold
+
+    display = artifact_display_threshold(
+        args.artifact, args.data, args.split, args.batch_size, args.max_images, write=not args.no_write
+    )
+    print(
+        f"display_score_threshold {display['threshold']:.4f}: F1 {display['f1']:.3f} (precision "
+        f"{display['precision']:.3f}, recall {display['recall']:.3f}; {display['detections_kept']} of "
+        f"{display['detections']} detections kept, {display['ground_truth']} objects, IoU 0.5, classes "
+        f"pooled) on {display['dataset']}" + ("" if args.no_write else f"; written to {args.artifact}")
+    )
+    return 0
+
+
+def _add_fp16_eval_parser(sub: Any) -> None:
     fp16 = sub.add_parser("fp16-eval", help="accuracy of the FP16 graph against FP32 (ONNX Runtime, CPU)")
     fp16.add_argument("--artifact", required=True, type=Path, help="the FP32 ONNX artifact")
     fp16.add_argument("--fp16", type=Path, help="FP16 ONNX to evaluate (default: convert the artifact)")
@@ -99,6 +181,29 @@ def build_parser() -> argparse.ArgumentParser:
     fp16.add_argument("--no-write", action="store_true", help="do not record the results in the manifest")
     fp16.add_argument("--json", type=Path, help="also write the full report here")
 
+
+def _run_fp16_eval(args: argparse.Namespace) -> int:
+    from exporters.fp16 import fp16_eval
+
+    report = fp16_eval(
+        args.artifact, args.fp16, args.data, args.split, args.max_images, write=not args.no_write
+    )
+    report["summary"] = "; ".join(
+        [f"{n} rel err {r['max_rel_error']:.2e}" for n, r in report["raw_outputs"].items()]
+        + (
+            [
+                f"AP fp32 {report['coco']['fp32_ap']:.4f} fp16 {report['coco']['fp16_ap']:.4f} "
+                f"(delta {report['coco']['ap_delta']:+.4f})"
+            ]
+            if "coco" in report
+            else []
+        )
+    )
+    _print_report(report, args.json, args.command)
+    return 0 if report["passed"] else EXIT_VERIFICATION
+
+
+def _add_trt_parser(sub: Any) -> None:
     trt = sub.add_parser("trt", help="FP16 ONNX + strongly typed TensorRT engine (model.plan)")
     trt.add_argument("--artifact", required=True, type=Path, help="the FP32 ONNX artifact")
     trt.add_argument("--output", required=True, type=Path, help="engine artifact folder")
@@ -116,16 +221,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="build even when FP16 is out of tolerance against FP32 (the accuracy is still recorded)",
     )
     trt.add_argument("--force", action="store_true", help="replace an existing output folder")
-    _add_quantize_parser(sub)
-    ev = sub.add_parser("eval", help="COCO AP of an artifact as served (service decoding, resize, backend)")
-    ev.add_argument("--artifact", required=True, type=Path)
-    ev.add_argument("--data", required=True, help="COCO-format folder")
-    ev.add_argument("--split", help="dataset split (default: val2017 if present, else val)")
-    ev.add_argument("--max-images", type=int, help="evaluate only the first N images (by id)")
-    ev.add_argument("--backend", default="auto", help="DETECT_BACKEND to run it on")
-    ev.add_argument("--dataset-description", help="how the data was made, recorded in the manifest")
-    ev.add_argument("--write", action="store_true", help="record the result as the manifest's accuracy")
-    return parser
+
+
+def _run_trt(args: argparse.Namespace) -> int:
+    from exporters.tensorrt_build import TensorRTExportRequest, export_tensorrt
+
+    manifest = export_tensorrt(_request(TensorRTExportRequest, args, verify=not args.no_verify))
+    print(f"wrote {args.output}/{manifest.file} and manifest.json (format {manifest.format}, fp16)")
+    return 0
 
 
 def _add_quantize_parser(sub: Any) -> None:
@@ -156,167 +259,70 @@ def _add_quantize_parser(sub: Any) -> None:
     q.add_argument("--force", action="store_true", help="replace an existing output folder")
 
 
-# What skips each command's gate, named in its failure message.
-_SKIP_HINTS = {
-    "verify": "detect-export onnx --no-verify exports without this check",
-    "fp16-eval": "detect-export trt --no-verify builds without this check",
+def _run_quantize(args: argparse.Namespace) -> int:
+    from exporters.quantize import QuantizeRequest, quantize_artifact
+
+    request = _request(
+        QuantizeRequest,
+        args,
+        val_split=args.split,
+        max_eval_images=args.max_images,
+        gate=not args.no_accuracy_gate,
+    )
+    manifest = quantize_artifact(request)
+    acc = manifest.accuracy
+    assert acc is not None
+    mask = "" if acc.mask_ap is None else f"; mask AP {acc.mask_ap:.4f} ({acc.mask_ap_delta:+.4f})"
+    print(
+        f"wrote {args.output} ({manifest.name}/{manifest.version}, {manifest.precision}): box AP "
+        f"{acc.box_ap:.4f} vs parent {acc.parent_box_ap:.4f} ({acc.box_ap_delta:+.4f}){mask} on "
+        f"{acc.images} images, {acc.runtime}"
+    )
+    return 0
+
+
+def _add_eval_parser(sub: Any) -> None:
+    ev = sub.add_parser("eval", help="COCO AP of an artifact as served (service decoding, resize, backend)")
+    ev.add_argument("--artifact", required=True, type=Path)
+    ev.add_argument("--data", required=True, help="COCO-format folder")
+    ev.add_argument("--split", help="dataset split (default: val2017 if present, else val)")
+    ev.add_argument("--max-images", type=int, help="evaluate only the first N images (by id)")
+    ev.add_argument("--backend", default="auto", help="DETECT_BACKEND to run it on")
+    ev.add_argument("--dataset-description", help="how the data was made, recorded in the manifest")
+    ev.add_argument("--write", action="store_true", help="record the result as the manifest's accuracy")
+
+
+def _run_eval(args: argparse.Namespace) -> int:
+    from exporters.quantize import record_accuracy
+
+    accuracy = record_accuracy(
+        args.artifact,
+        args.data,
+        args.split,
+        args.backend,
+        args.max_images,
+        args.dataset_description,
+        write=args.write,
+    )
+    mask = "" if accuracy.mask_ap is None else f", mask AP {accuracy.mask_ap:.4f}"
+    print(f"box AP {accuracy.box_ap:.4f}{mask} on {accuracy.images} images ({accuracy.runtime})")
+    return 0
+
+
+# name -> (adds its subparser, runs it); the order is --help's.
+COMMANDS: dict[str, tuple[Callable[[Any], None], Callable[[argparse.Namespace], int]]] = {
+    "onnx": (_add_onnx_parser, _run_onnx),
+    "verify": (_add_verify_parser, _run_verify),
+    "display-threshold": (_add_display_threshold_parser, _run_display_threshold),
+    "fp16-eval": (_add_fp16_eval_parser, _run_fp16_eval),
+    "trt": (_add_trt_parser, _run_trt),
+    "quantize": (_add_quantize_parser, _run_quantize),
+    "eval": (_add_eval_parser, _run_eval),
 }
 
 
-def _print_report(report: dict[str, Any], json_path: Path | None, command: str) -> None:
-    print(f"{'PASSED' if report['passed'] else 'FAILED'}: {report.get('summary', '')}".rstrip(": "))
-    if not report["passed"]:
-        print(f"({_SKIP_HINTS[command]})")
-    if json_path is not None:
-        json_path.write_text(json.dumps(report, indent=2) + "\n")
-
-
 def _run(args: argparse.Namespace) -> int:
-    if args.command == "onnx":
-        from exporters.onnx_export import OnnxExportRequest, export_onnx
-
-        manifest = export_onnx(
-            OnnxExportRequest(
-                checkpoint=args.checkpoint,
-                output=args.output,
-                name=args.name,
-                version=args.version,
-                opset=args.opset,
-                score_threshold=args.score_threshold,
-                iou_threshold=args.iou_threshold,
-                topk_per_class=args.topk_per_class,
-                pre_nms_topk=args.pre_nms_topk,
-                max_detections=args.max_detections,
-                max_batch_size=args.max_batch,
-                verify=not args.no_verify,
-                force=args.force,
-                weight_storage=args.weight_storage,
-            )
-        )
-        print(
-            f"wrote {args.output}/{manifest.file} and manifest.json ({manifest.name}/{manifest.version}, "
-            f"{manifest.architecture}, {len(manifest.labels)} labels, K={manifest.max_detections})"
-        )
-        print(f"verification: {manifest.verification.get('summary', manifest.verification)}")
-        return 0
-    if args.command == "verify":
-        from exporters.verify import verify_artifact
-
-        report = verify_artifact(
-            args.artifact,
-            args.checkpoint,
-            data=args.data,
-            split=args.split,
-            batch_size=args.batch_size,
-            max_images=args.max_images,
-            write=not args.no_write,
-        )
-        _print_report(report, args.json, args.command)
-        return 0 if report["passed"] else EXIT_VERIFICATION
-    if args.command == "display-threshold":
-        from exporters.verify import artifact_display_threshold
-
-        display = artifact_display_threshold(
-            args.artifact, args.data, args.split, args.batch_size, args.max_images, write=not args.no_write
-        )
-        print(
-            f"display_score_threshold {display['threshold']:.4f}: F1 {display['f1']:.3f} (precision "
-            f"{display['precision']:.3f}, recall {display['recall']:.3f}; {display['detections_kept']} of "
-            f"{display['detections']} detections kept, {display['ground_truth']} objects, IoU 0.5, classes "
-            f"pooled) on {display['dataset']}" + ("" if args.no_write else f"; written to {args.artifact}")
-        )
-        return 0
-    if args.command == "fp16-eval":
-        from exporters.fp16 import fp16_eval
-
-        report = fp16_eval(
-            args.artifact, args.fp16, args.data, args.split, args.max_images, write=not args.no_write
-        )
-        report["summary"] = "; ".join(
-            [f"{n} rel err {r['max_rel_error']:.2e}" for n, r in report["raw_outputs"].items()]
-            + (
-                [
-                    f"AP fp32 {report['coco']['fp32_ap']:.4f} fp16 {report['coco']['fp16_ap']:.4f} "
-                    f"(delta {report['coco']['ap_delta']:+.4f})"
-                ]
-                if "coco" in report
-                else []
-            )
-        )
-        _print_report(report, args.json, args.command)
-        return 0 if report["passed"] else EXIT_VERIFICATION
-    if args.command == "trt":
-        from exporters.tensorrt_build import TensorRTExportRequest, export_tensorrt
-
-        manifest = export_tensorrt(
-            TensorRTExportRequest(
-                artifact=args.artifact,
-                output=args.output,
-                min_batch=args.min_batch,
-                opt_batch=args.opt_batch,
-                max_batch=args.max_batch,
-                workspace_gb=args.workspace_gb,
-                timing_cache=args.timing_cache,
-                data=args.data,
-                split=args.split,
-                max_images=args.max_images,
-                name=args.name,
-                version=args.version,
-                force=args.force,
-                verify=not args.no_verify,
-            )
-        )
-        print(f"wrote {args.output}/{manifest.file} and manifest.json (format {manifest.format}, fp16)")
-        return 0
-    if args.command == "eval":
-        from exporters.quantize import record_accuracy
-
-        accuracy = record_accuracy(
-            args.artifact,
-            args.data,
-            args.split,
-            args.backend,
-            args.max_images,
-            args.dataset_description,
-            write=args.write,
-        )
-        mask = "" if accuracy.mask_ap is None else f", mask AP {accuracy.mask_ap:.4f}"
-        print(f"box AP {accuracy.box_ap:.4f}{mask} on {accuracy.images} images ({accuracy.runtime})")
-        return 0
-    if args.command == "quantize":
-        from exporters.quantize import QuantizeRequest, quantize_artifact
-
-        manifest = quantize_artifact(
-            QuantizeRequest(
-                artifact=args.artifact,
-                output=args.output,
-                data=args.data,
-                precision=args.precision,
-                calibration_split=args.calibration_split,
-                calibration_images=args.calibration_images,
-                seed=args.seed,
-                val_split=args.split,
-                max_eval_images=args.max_images,
-                max_ap_drop=args.max_ap_drop,
-                gate=not args.no_accuracy_gate,
-                accuracy_control=args.accuracy_control,
-                backend=args.backend,
-                dataset_description=args.dataset_description,
-                name=args.name,
-                version=args.version,
-                force=args.force,
-            )
-        )
-        acc = manifest.accuracy
-        assert acc is not None
-        mask = "" if acc.mask_ap is None else f"; mask AP {acc.mask_ap:.4f} ({acc.mask_ap_delta:+.4f})"
-        print(
-            f"wrote {args.output} ({manifest.name}/{manifest.version}, {manifest.precision}): box AP "
-            f"{acc.box_ap:.4f} vs parent {acc.parent_box_ap:.4f} ({acc.box_ap_delta:+.4f}){mask} on "
-            f"{acc.images} images, {acc.runtime}"
-        )
-        return 0
-    raise AssertionError(f"unhandled command {args.command!r}")
+    return COMMANDS[args.command][1](args)
 
 
 def main(argv: list[str] | None = None) -> int:

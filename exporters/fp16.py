@@ -47,7 +47,7 @@ from exporters.onnx_graph import (
     tensor_elem_types,
     with_outputs,
 )
-from exporters.runtime import contract_names, cpu_session
+from exporters.ort_cpu import contract_names, cpu_session
 from exporters.verify import (
     generated_batches,
     manifest_resize,

@@ -33,14 +33,15 @@ import torch
 from onnx import ModelProto
 from torch import Tensor, nn
 
-from exporters.artifact import name_and_version, staged_directory, tool_versions, utc_now
+from exporters.artifact import name_and_version, staged_directory
 from exporters.errors import ExportError, OutputExistsError, VerificationError
+from exporters.manifests import onnx_manifest
 from exporters.onnx_graph import check, ensure_node_names, op_counts, store_weights_fp16, without_outputs
 from exporters.postprocess_graph import DetectionPostprocess, PostprocessSettings
 from exporters.verify import tolerances_for, verify_model
 from exporters.wrappers import ExportWrapper, get_wrapper
-from service.manifest import MASK_OUTPUT, OUTPUT_NAMES, InputSpec, Manifest, Provenance
-from training.checkpoint import load_checkpoint, sha256_file
+from service.manifest import MASK_OUTPUT, OUTPUT_NAMES, Manifest
+from training.checkpoint import Checkpoint, load_checkpoint, sha256_file
 
 MODEL_FILE = "model.onnx"
 INPUT_NAME = "images"
@@ -196,19 +197,32 @@ class OnnxExportRequest:
         )
 
 
-def checkpoint_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
-    """The checkpoint's own evaluation (eager PyTorch, training post-processing), if it has one."""
-    bbox = metrics.get("bbox")
-    if not isinstance(bbox, dict) or "AP" not in bbox:
-        return {}
+def _export_settings(
+    request: OnnxExportRequest,
+    ckpt: Checkpoint,
+    wrapper: ExportWrapper,
+    settings: PostprocessSettings,
+    stats: dict[str, Any],
+) -> dict[str, Any]:
+    """How the ONNX artifact was made, as its manifest records it."""
     return {
-        "coco_ap": float(bbox["AP"]),
-        "coco_ap50": float(bbox.get("AP50", float("nan"))),
-        "dataset": metrics.get("split"),
-        "epoch": metrics.get("epoch"),
-        "source": "checkpoint evaluation (eager PyTorch, training post-processing)",
-        "bbox": {k: float(v) for k, v in bbox.items()},
-        **({"segm": {k: float(v) for k, v in metrics["segm"].items()}} if "segm" in metrics else {}),
+        "command": "detect-export onnx",
+        "checkpoint": str(request.checkpoint),
+        "checkpoint_epoch": ckpt.epoch,
+        "checkpoint_iteration": ckpt.iteration,
+        "checkpoint_source": ckpt.source,
+        "model_args": ckpt.model_args,
+        "opset": request.opset,
+        "weight_storage": request.weight_storage,
+        "exporter": "torch.onnx.export (TorchScript, dynamo=False)",
+        "simplifier": "onnxslim",
+        "postprocess": {**settings.to_dict(), "nms": "ONNX NonMaxSuppression, per class"},
+        "raw_outputs": raw_output_names(wrapper),
+        "fp16_scopes": list(wrapper.fp16_scopes),
+        "mean": list(wrapper.mean_std[0]),
+        "std": list(wrapper.mean_std[1]),
+        **stats,
+        **request.extra_settings,
     }
 
 
@@ -256,60 +270,18 @@ def export_onnx(request: OnnxExportRequest) -> Manifest:
                 "(nothing written; --no-verify exports without this check)"
             )
 
-    height, width = wrapper.input_size
-    manifest = Manifest(
-        name=name,
-        version=version,
-        architecture=wrapper.architecture,
-        backbone=wrapper.backbone,
-        format="onnx",
-        precision="fp32",
+    manifest = onnx_manifest(
+        wrapper,
+        settings,
+        ckpt,
+        identity=(name, version),
         file=MODEL_FILE,
-        input=InputSpec(
-            name=INPUT_NAME,
-            height=height,
-            width=width,
-            resize=wrapper.resize_mode,
-            color_order="RGB",
-            dtype="uint8",
-            layout="NHWC",
-            pad_value=wrapper.pad_value,
-        ),
+        input_name=INPUT_NAME,
         outputs=tuple(output_names(wrapper)),
-        mask_size=wrapper.mask_size,
-        labels=tuple(wrapper.labels()),
-        score_threshold=settings.score_threshold,
-        iou_threshold=settings.iou_threshold,
-        max_detections=settings.max_detections,
         max_batch_size=request.max_batch_size,
-        dynamic_batch=True,
-        provenance=Provenance(
-            checkpoint_sha256=checkpoint_sha,
-            training_config=ckpt.config,
-            export_settings={
-                "command": "detect-export onnx",
-                "checkpoint": str(request.checkpoint),
-                "checkpoint_epoch": ckpt.epoch,
-                "checkpoint_iteration": ckpt.iteration,
-                "checkpoint_source": ckpt.source,
-                "model_args": ckpt.model_args,
-                "opset": request.opset,
-                "weight_storage": request.weight_storage,
-                "exporter": "torch.onnx.export (TorchScript, dynamo=False)",
-                "simplifier": "onnxslim",
-                "postprocess": {**settings.to_dict(), "nms": "ONNX NonMaxSuppression, per class"},
-                "raw_outputs": raw_names,
-                "fp16_scopes": list(wrapper.fp16_scopes),
-                "mean": list(wrapper.mean_std[0]),
-                "std": list(wrapper.mean_std[1]),
-                **stats,
-                **request.extra_settings,
-            },
-            tool_versions=tool_versions(),
-            created_at=utc_now(),
-        ),
+        checkpoint_sha256=checkpoint_sha,
+        export_settings=_export_settings(request, ckpt, wrapper, settings, stats),
         verification=verification,
-        metrics=checkpoint_metrics(ckpt.metrics),
     )
     with staged_directory(request.output, force=request.force) as staging:
         onnx.save(artifact_model, str(staging / MODEL_FILE))

@@ -40,6 +40,7 @@ import onnx
 
 from exporters.artifact import read_artifact, staged_directory, tool_versions, utc_now
 from exporters.errors import ExportError, InvalidModelError, VerificationError
+from exporters.manifests import derived_manifest
 from exporters.nncf_int8 import (
     NNCF_SETTINGS,
     calibration_files,
@@ -221,23 +222,17 @@ def _variant_manifest(
     for dist in ("nncf", "openvino"):
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             versions[dist] = importlib.metadata.version(dist)
-    return parent.model_copy(
-        update={
-            "name": name,
-            "version": version,
-            "precision": request.precision,
-            "parent": Parent(name=parent.name, version=parent.version, file_sha256=file_sha256(parent_path)),
-            "provenance": parent.provenance.model_copy(
-                update={
-                    "export_settings": export_settings,
-                    "tool_versions": versions,
-                    "created_at": utc_now(),
-                }
-            ),
-            "verification": {},
-            "metrics": {},
-            "accuracy": None,
-        }
+    return derived_manifest(
+        parent,
+        name=name,
+        version=version,
+        export_settings=export_settings,
+        tools=versions,
+        precision=request.precision,
+        parent=Parent(name=parent.name, version=parent.version, file_sha256=file_sha256(parent_path)),
+        verification={},
+        metrics={},
+        accuracy=None,
     )
 
 

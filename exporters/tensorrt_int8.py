@@ -9,13 +9,15 @@ says what was left; nothing is written.
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from exporters.artifact import name_and_version, staged_directory, tool_versions, utc_now
+from exporters.artifact import name_and_version, staged_directory
 from exporters.errors import GpuRequiredError, VerificationError
+from exporters.manifests import derived_manifest
 from exporters.onnx_graph import load_checked
+from exporters.tensorrt_engine import BuildConfig, build_engine, check_engine, gpu_unavailable_reason
+from exporters.tensorrt_ops import check_tensorrt_ops, describe_op_check
 from service.manifest import Manifest
 
 if TYPE_CHECKING:
@@ -23,15 +25,9 @@ if TYPE_CHECKING:
 
 
 def export_int8_engine(request: TensorRTExportRequest, manifest: Manifest, model_path: Path) -> Manifest:
-    from exporters.tensorrt_build import (
-        PLAN_FILE,
-        BuildConfig,
-        _check_engine,
-        build_engine,
-        check_tensorrt_ops,
-        describe_op_check,
-        gpu_unavailable_reason,
-    )
+    """Build ``model.plan`` from the INT8 artifact ``manifest`` / ``model_path`` describe; returns the
+    manifest written (format tensorrt, precision int8)."""
+    from exporters.tensorrt_build import PLAN_FILE, engine_export_settings
 
     qdq = load_checked(model_path)
     config = BuildConfig.for_artifact(manifest, request)
@@ -48,45 +44,26 @@ def export_int8_engine(request: TensorRTExportRequest, manifest: Manifest, model
     name, version = name_and_version(request.output, request.name, request.version)
     with staged_directory(request.output, force=request.force) as staging:
         build = build_engine(model_path, config, staging / PLAN_FILE, int8=True)
-        engine_check: dict[str, Any] = _check_engine(staging / PLAN_FILE, qdq, manifest)
-        export_settings = {
-            "command": "detect-export trt",
-            "source_artifact": str(request.artifact),
-            "source_manifest": {"name": manifest.name, "version": manifest.version},
-            "tensorrt_build": {
-                **asdict(config),
-                "profile_shapes": [list(s) for s in config.shapes()],
-                "result": build,
-                "precision": "explicit INT8 from the QDQ graph",
-            },
-            **{
-                k: v
-                for k, v in manifest.provenance.export_settings.items()
-                if k in ("raw_outputs", "postprocess", "calibration", "nncf")
-            },
-        }
-        written = manifest.model_copy(
-            update={
-                "name": name,
-                "version": version,
-                "format": "tensorrt",
-                "file": PLAN_FILE,
-                "max_batch_size": config.max_batch,
-                "dynamic_batch": config.min_batch != config.max_batch,
-                "provenance": manifest.provenance.model_copy(
-                    update={
-                        "export_settings": export_settings,
-                        "tool_versions": tool_versions(),
-                        "created_at": utc_now(),
-                    }
-                ),
-                "verification": {
-                    "engine": engine_check,
-                    "tensorrt_ops": ops,
-                    "source": manifest.verification,
-                },
-            }
+        verification = {"tensorrt_ops": ops, "source": manifest.verification}
+        written = derived_manifest(
+            manifest,
+            name=name,
+            version=version,
+            export_settings=engine_export_settings(
+                request,
+                manifest,
+                config,
+                {"result": build, "precision": "explicit INT8 from the QDQ graph"},
+                ("raw_outputs", "postprocess", "calibration", "nncf"),
+            ),
+            format="tensorrt",
+            file=PLAN_FILE,
+            max_batch_size=config.max_batch,
+            dynamic_batch=config.min_batch != config.max_batch,
+            verification=verification,
         )
-        Manifest.model_validate(written.model_dump())
+        # Checked as the service will load it: with this manifest.
+        engine = check_engine(staging / PLAN_FILE, qdq, written)
+        written = written.model_copy(update={"verification": {"engine": engine, **verification}})
         written.write(staging)
     return written

@@ -43,8 +43,8 @@ from exporters.compare import (
 )
 from exporters.errors import ExportError, InvalidModelError
 from exporters.onnx_graph import load_checked, with_outputs
+from exporters.ort_cpu import cpu_session, run_contract
 from exporters.postprocess_graph import PostprocessSettings
-from exporters.runtime import cpu_session, run_contract
 from exporters.served_eval import served_display_threshold
 from exporters.wrappers import ExportWrapper, get_wrapper
 from service.manifest import MANIFEST_FILE, Manifest

@@ -60,7 +60,7 @@ def worst_case_checkpoint(path: Path) -> Path:
     return save_checkpoint(Checkpoint("ssd300", args, categories, model.state_dict()), path)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -74,106 +74,65 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--train-iters", type=int, default=60)
     parser.add_argument("--worst-case", action=argparse.BooleanOptionalAction, default=True)
-    args = parser.parse_args()
+    return parser.parse_args()
 
-    work = args.workdir
-    work.mkdir(parents=True, exist_ok=True)
+
+def prepare(args: argparse.Namespace, work: Path) -> Path:
+    """The dataset (generated if missing) and the checkpoint (trained if not given)."""
     if not (args.data / "annotations" / f"instances_{args.split}.json").exists():
         from training.data.synthetic import generate_dataset
 
         generate_dataset(args.data, num_train=400, num_val=100, seed=0)
-    checkpoint = args.checkpoint
-    if checkpoint is None:
-        run(
-            module(
-                "training.cli",
-                "train",
-                "--preset",
-                "ssd300-cpu-small",
-                "--data",
-                str(args.data),
-                "--output",
-                str(work / "train"),
-                "--max-iters",
-                str(args.train_iters),
-                "--epochs",
-                "1",
-            )
-        )
-        checkpoint = work / "train" / "checkpoint.pt"
+    if args.checkpoint is not None:
+        return Path(args.checkpoint)
+    train = ["train", "--preset", "ssd300-cpu-small", "--data", str(args.data)]
+    limits = ["--max-iters", str(args.train_iters), "--epochs", "1"]
+    run(module("training.cli", *train, "--output", str(work / "train"), *limits))
+    return work / "train" / "checkpoint.pt"
 
-    artifact = work / "models" / "ssd300" / "1"
+
+def export_and_check(args: argparse.Namespace, work: Path, checkpoint: Path, artifact: Path) -> None:
+    """Steps 1-4: export, verify against eager, FP16 against FP32, TensorRT (exit 4 without a GPU)."""
+    export = module("exporters.cli", "onnx", "--checkpoint", str(checkpoint), "--output", str(artifact))
+    run([*export, "--force"])
     data = ["--data", str(args.data), "--split", args.split, "--max-images", str(args.max_images)]
-    run(
-        module("exporters.cli", "onnx", "--checkpoint", str(checkpoint), "--output", str(artifact), "--force")
-    )
-    run(
-        module(
-            "exporters.cli",
-            "verify",
-            "--artifact",
-            str(artifact),
-            "--checkpoint",
-            str(checkpoint),
-            *data,
-            "--json",
-            str(work / "verify.json"),
-        ),
-        ok=(0, 3),
-    )
-    run(
-        module(
-            "exporters.cli",
-            "fp16-eval",
-            "--artifact",
-            str(artifact),
-            *data,
-            "--json",
-            str(work / "fp16.json"),
-        ),
-        ok=(0, 3),
-    )
-    run(
-        module(
-            "exporters.cli",
-            "trt",
-            "--artifact",
-            str(artifact),
-            "--output",
-            str(work / "models" / "ssd300-trt" / "1"),
-            "--timing-cache",
-            str(work / "timing.cache"),
-            "--force",
-        ),
-        ok=(0, 4),
-    )
-    bench = [
-        "--batch-sizes",
-        args.batch_sizes,
-        "--iterations",
-        str(args.iterations),
-        "--warmup",
-        str(args.warmup),
-    ]
-    run(
-        module(
-            "exporters.bench.cli",
-            "backend",
-            "--artifact",
-            str(artifact),
-            *bench,
-            "--breakdown",
-            "--eager-checkpoint",
-            str(checkpoint),
-            "--json",
-            str(work / "bench.json"),
-            "--csv",
-            str(work / "bench.csv"),
-            "--plot",
-            str(work / "bench.png"),
-        )
-    )
+    verify = ["verify", "--artifact", str(artifact), "--checkpoint", str(checkpoint), *data]
+    run(module("exporters.cli", *verify, "--json", str(work / "verify.json")), ok=(0, 3))
+    fp16 = ["fp16-eval", "--artifact", str(artifact), *data, "--json", str(work / "fp16.json")]
+    run(module("exporters.cli", *fp16), ok=(0, 3))
+    trt = ["trt", "--artifact", str(artifact), "--output", str(work / "models" / "ssd300-trt" / "1")]
+    run(module("exporters.cli", *trt, "--timing-cache", str(work / "timing.cache"), "--force"), ok=(0, 4))
 
+
+def bench(args: argparse.Namespace, work: Path, checkpoint: Path, artifact: Path) -> None:
+    """Step 5: latency and throughput per batch size, with the post-processing breakdown."""
+    sizes = ["--batch-sizes", args.batch_sizes, "--iterations", str(args.iterations)]
+    backend = ["backend", "--artifact", str(artifact), *sizes, "--warmup", str(args.warmup), "--breakdown"]
+    outputs = ["--json", str(work / "bench.json"), "--csv", str(work / "bench.csv")]
+    eager = ["--eager-checkpoint", str(checkpoint)]
+    run(module("exporters.bench.cli", *backend, *eager, *outputs, "--plot", str(work / "bench.png")))
+
+
+def worst_case(args: argparse.Namespace, work: Path) -> Any:
+    """Step 6: the breakdown for an untrained 80-class ResNet-50 SSD300."""
+    worst_ckpt = worst_case_checkpoint(work / "worst-case-r50-80cls.pt")
+    worst = work / "models" / "ssd300-r50-80cls" / "1"
+    export = module("exporters.cli", "onnx", "--checkpoint", str(worst_ckpt), "--output", str(worst))
+    run([*export, "--force", "--no-verify"])
+    sizes = ["--batch-sizes", "1,8", "--iterations", str(max(3, args.iterations // 2)), "--warmup", "1"]
+    backend = ["backend", "--artifact", str(worst), *sizes, "--breakdown"]
+    run(module("exporters.bench.cli", *backend, "--json", str(work / "bench-worst-case.json")))
+    return json.loads((work / "bench-worst-case.json").read_text())["breakdown"]
+
+
+def main() -> None:
+    args = parse_args()
+    work = args.workdir
+    work.mkdir(parents=True, exist_ok=True)
+    checkpoint = prepare(args, work)
+    artifact = work / "models" / "ssd300" / "1"
+    export_and_check(args, work, checkpoint, artifact)
+    bench(args, work, checkpoint, artifact)
     summary: dict[str, Any] = {
         "checkpoint": str(checkpoint),
         "machine": f"{os.cpu_count()} CPUs, load average {os.getloadavg()}",
@@ -182,38 +141,7 @@ def main() -> None:
         "bench": json.loads((work / "bench.json").read_text()),
     }
     if args.worst_case:
-        worst_ckpt = worst_case_checkpoint(work / "worst-case-r50-80cls.pt")
-        worst = work / "models" / "ssd300-r50-80cls" / "1"
-        run(
-            module(
-                "exporters.cli",
-                "onnx",
-                "--checkpoint",
-                str(worst_ckpt),
-                "--output",
-                str(worst),
-                "--force",
-                "--no-verify",
-            )
-        )
-        run(
-            module(
-                "exporters.bench.cli",
-                "backend",
-                "--artifact",
-                str(worst),
-                "--batch-sizes",
-                "1,8",
-                "--iterations",
-                str(max(3, args.iterations // 2)),
-                "--warmup",
-                "1",
-                "--breakdown",
-                "--json",
-                str(work / "bench-worst-case.json"),
-            )
-        )
-        summary["worst_case"] = json.loads((work / "bench-worst-case.json").read_text())["breakdown"]
+        summary["worst_case"] = worst_case(args, work)
     (work / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(f"summary: {work / 'summary.json'}")
 

@@ -24,8 +24,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from exporters.bench.http_load import HttpLoadResult, load_images, merge_rounds, run_http_load
-from exporters.bench.service_backend import BackendThroughput, measure_backend_throughput
+from service.bench.backend_throughput import BackendThroughput, measure_backend_throughput
+from service.bench.http_load import HttpLoadResult, load_images, merge_rounds, run_http_load
 
 VARIANTS = {
     "queue delay 5 ms, no idle dispatch": {

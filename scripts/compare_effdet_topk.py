@@ -25,7 +25,7 @@ import torch
 from exporters.artifact import read_artifact
 from exporters.coco_ap import coco_ap
 from exporters.compare import Detections, match_detections, summarize_matches
-from exporters.runtime import cpu_session
+from exporters.ort_cpu import cpu_session
 from exporters.verify import manifest_to_original, onnx_detector
 from exporters.wrappers import get_wrapper
 from exporters.wrappers.efficientdet import EfficientDetWrapper

@@ -22,12 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from exporters.served_eval import served_metrics
-from exporters.tensorrt_build import (
-    EngineRunner,
-    TensorRTExportRequest,
-    export_tensorrt,
-    gpu_unavailable_reason,
-)
+from exporters.tensorrt_build import TensorRTExportRequest, export_tensorrt
+from exporters.tensorrt_engine import gpu_unavailable_reason
 from service.manifest import Manifest
 
 BATCHES = (1, 8, 64)
@@ -52,16 +48,22 @@ def shipped(models: Path) -> list[tuple[Path, list[Path]]]:
 
 
 def throughput(plan: Path, manifest: Manifest, batch: int, iterations: int) -> float:
-    runner = EngineRunner(plan)
+    """Images per second of the engine as the service runs it (its TensorRT backend)."""
+    from service.backends.tensorrt_backend import TensorRTBackend
+
+    backend = TensorRTBackend(manifest, plan)
     images = np.random.default_rng(0).integers(
         0, 256, size=(batch, manifest.input.height, manifest.input.width, 3), dtype=np.uint8
     )
-    for _ in range(3):
-        runner.run(images)
-    start = time.perf_counter()
-    for _ in range(iterations):
-        runner.run(images)
-    return iterations * batch / (time.perf_counter() - start)
+    try:
+        for _ in range(3):
+            backend.infer(images)
+        start = time.perf_counter()
+        for _ in range(iterations):
+            backend.infer(images)
+        return iterations * batch / (time.perf_counter() - start)
+    finally:
+        backend.close()
 
 
 def main() -> int:

@@ -23,7 +23,7 @@ import numpy as np
 
 from service.manifest import Label
 from service.masks import masks_to_polygons, masks_to_rles, paste_mask
-from service.postprocess import Detections
+from service.postprocess import KeptDetections
 from service.render import render_detections
 
 
@@ -62,7 +62,7 @@ def main() -> None:
     height, width, count = args.height, args.width, args.detections
     image = np.random.default_rng(1).integers(0, 256, size=(height, width, 3), dtype=np.uint8)
     boxes, masks = detections(count, width, height)
-    dets = Detections(
+    dets = KeptDetections(
         boxes=boxes,
         scores=np.linspace(0.99, 0.5, count, dtype=np.float32),
         classes=(np.arange(count) % 6).astype(np.int32),

@@ -23,9 +23,9 @@ from service.lifecycle import Lifecycle
 from service.metrics import ServiceMetrics, serve_metrics
 from service.middleware import DetectRequestMiddleware
 from service.model_control import ModelControl
+from service.model_runtime import ModelRuntime
 from service.repository import scan_repository, select_versions
 from service.routes import detect, health, metrics, models, v2_models, v2_repository
-from service.runtime import ModelRuntime
 from service.settings import Settings
 from service.web import install_web
 

@@ -15,7 +15,8 @@ deadline has passed (504) are dropped, so they cost no compute. A failing batch 
 waiters (500) and only those; the batcher keeps serving. The background task is owned: if it dies, the
 failure is logged, waiters are failed and `alive` turns false (readiness reports it).
 
-The batcher knows nothing about models: it batches opaque items through ``run_batch``.
+The batcher knows nothing about models: it batches opaque items through ``run_batch``, which its
+`service.batch_worker.BatchWorker` runs.
 """
 
 from __future__ import annotations
@@ -26,12 +27,11 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
 
-from service.errors import BackendError, DeadlineExceeded, QueueFull, ServiceError, ServiceUnavailable
-from service.wait_estimate import BatchTimeModel, expected_finish_s, retry_after_s
+from service.batch_worker import BatcherMetrics, BatchWorker, NoMetrics, Pending
+from service.errors import DeadlineExceeded, QueueFull, ServiceError, ServiceUnavailable
+from service.wait_estimate import expected_finish_s, retry_after_s
 
 logger = logging.getLogger(__name__)
 
@@ -43,39 +43,6 @@ CLOSE_REASONS = ("full", "delay", "deadline", "drain", "idle")
 
 # A batch closes this long before its earliest deadline, so that request can still start in time.
 DEFAULT_DEADLINE_MARGIN_S = 0.002
-
-
-class BatcherMetrics(Protocol):
-    """What the batcher reports; `service.metrics` implements it per model."""
-
-    def batch_closed(self, size: int, reason: str) -> None: ...
-    def queue_wait(self, seconds: float) -> None: ...
-    def queue_depth(self, depth: int) -> None: ...
-    def inference(self, seconds: float) -> None: ...
-
-
-class _NoMetrics:
-    def batch_closed(self, size: int, reason: str) -> None:
-        pass
-
-    def queue_wait(self, seconds: float) -> None:
-        pass
-
-    def queue_depth(self, depth: int) -> None:
-        pass
-
-    def inference(self, seconds: float) -> None:
-        pass
-
-
-@dataclass(eq=False)
-class _Pending(Generic[In, Out]):
-    item: In
-    future: asyncio.Future[Out]
-    enqueued_at: float  # time.monotonic()
-    deadline: float  # time.monotonic() by which inference must start; inf = none
-    started: bool = field(default=False)
-    times: dict[str, float] | None = None  # filled with this request's queue_wait and inference seconds
 
 
 class DynamicBatcher(Generic[In, Out]):
@@ -109,23 +76,18 @@ class DynamicBatcher(Generic[In, Out]):
         self.max_queue_size = max_queue_size
         self.deadline_margin_s = deadline_margin_s
         self.dispatch_when_idle = dispatch_when_idle
-        self._run_batch = run_batch
-        self._metrics: BatcherMetrics = metrics or _NoMetrics()
+        self._metrics: BatcherMetrics = metrics or NoMetrics()
 
-        self._queue: deque[_Pending[In, Out]] = deque()
-        self._forming: list[_Pending[In, Out]] = []  # taken from the queue, not yet dispatched
-        self._dispatching: list[_Pending[In, Out]] = []  # closed, being handed to the worker
+        self._queue: deque[Pending[In, Out]] = deque()
+        self._forming: list[Pending[In, Out]] = []  # taken from the queue, not yet dispatched
+        self._dispatching: list[Pending[In, Out]] = []  # closed, being handed to the worker
         # Set on anything the collector may be waiting for: a new request, a finished batch, stop().
         self._changed = asyncio.Event()
-        self._worker_idle = True
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"infer-{name}")
+        self._worker: BatchWorker[In, Out] = BatchWorker(name, run_batch, self._metrics, self._changed.set)
+        self.batch_times = self._worker.batch_times
         self._task: asyncio.Task[None] | None = None
-        self._running: asyncio.Task[None] | None = None
         self._failure: BaseException | None = None
         self._stopping = False
-        self.batch_times = BatchTimeModel()
-        self._running_size = 0  # images in the batch being computed (0: none)
-        self._running_since = 0.0
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -160,8 +122,9 @@ class DynamicBatcher(Generic[In, Out]):
         try:
             if self._task is not None and not self._task.done():
                 await asyncio.wait_for(asyncio.shield(self._task), timeout)
-            if self._running is not None and not self._running.done():
-                await asyncio.wait_for(asyncio.shield(self._running), timeout)
+            running = self._worker.task
+            if running is not None and not running.done():
+                await asyncio.wait_for(asyncio.shield(running), timeout)
         except TimeoutError:
             logger.warning(
                 "batcher %r: drain timed out after %ss; failing waiting requests", self.name, timeout
@@ -170,7 +133,7 @@ class DynamicBatcher(Generic[In, Out]):
                 self._task.cancel()
             self._fail_waiting(ServiceUnavailable(f"model {self.name!r} shut down before this request ran"))
         finally:
-            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._worker.shutdown()
 
     # ------------------------------------------------------------------ submit
 
@@ -185,8 +148,8 @@ class DynamicBatcher(Generic[In, Out]):
             queued=self.queue_depth,
             images=images,
             max_batch_size=self.max_batch_size,
-            running_size=self._running_size,
-            running_for_s=time.monotonic() - self._running_since,
+            running_size=self._worker.running_size,
+            running_for_s=time.monotonic() - self._worker.running_since,
         )
 
     def admit(self, images: int, deadline: float | None) -> None:
@@ -202,7 +165,7 @@ class DynamicBatcher(Generic[In, Out]):
                 f"{self.max_queue_size}); retry later",
                 retry_after_s=self.retry_after_s(),
             )
-        nothing_ahead = self.queue_depth == 0 and self._running_size == 0
+        nothing_ahead = self.queue_depth == 0 and self._worker.running_size == 0
         if deadline is None or nothing_ahead or not self.batch_times.known:
             return
         finish = self.expected_finish_s(images)
@@ -241,7 +204,7 @@ class DynamicBatcher(Generic[In, Out]):
             )
         loop = asyncio.get_running_loop()
         now = time.monotonic()
-        pending: _Pending[In, Out] = _Pending(
+        pending: Pending[In, Out] = Pending(
             item, loop.create_future(), now, math.inf if deadline is None else deadline, times=times
         )
         self._queue.append(pending)
@@ -259,7 +222,7 @@ class DynamicBatcher(Generic[In, Out]):
             pending.future.cancel()
             raise
 
-    def _deadline_message(self, pending: _Pending[In, Out]) -> str:
+    def _deadline_message(self, pending: Pending[In, Out]) -> str:
         waited = time.monotonic() - pending.enqueued_at
         return (
             f"model {self.name!r}: request could not start inference before its deadline "
@@ -279,14 +242,10 @@ class DynamicBatcher(Generic[In, Out]):
                 continue
             self._dispatching = live  # if anything below fails, the loop's death handler fails these
             self._metrics.batch_closed(len(live), reason)
-            self._worker_idle = False
-            self._running_size, self._running_since = len(live), time.monotonic()
-            self._running = asyncio.get_running_loop().create_task(
-                self._execute(live), name=f"batch-{self.name}"
-            )
+            self._worker.dispatch(live)
             self._dispatching = []
 
-    async def _collect(self) -> tuple[list[_Pending[In, Out]], str] | None:
+    async def _collect(self) -> tuple[list[Pending[In, Out]], str] | None:
         """Wait for the next batch to close; None when stopping with nothing left to run."""
         batch = self._forming
         while True:
@@ -299,7 +258,7 @@ class DynamicBatcher(Generic[In, Out]):
                 await self._wait_for_change(None)
                 continue
             reason = self._close_reason(batch, now)
-            if reason is not None and self._worker_idle:
+            if reason is not None and self._worker.idle:
                 self._forming = []
                 self._metrics.queue_depth(self.queue_depth)
                 return batch, reason
@@ -311,14 +270,14 @@ class DynamicBatcher(Generic[In, Out]):
                 earliest = min(p.deadline for p in batch) - self.deadline_margin_s
                 await self._wait_for_change(min(close_at, earliest) - now)
 
-    def _take(self, batch: list[_Pending[In, Out]]) -> None:
+    def _take(self, batch: list[Pending[In, Out]]) -> None:
         while self._queue and len(batch) < self.max_batch_size:
             pending = self._queue.popleft()
             if not pending.future.done():  # done here = cancelled or expired while queued
                 batch.append(pending)
         self._metrics.queue_depth(self.queue_depth)
 
-    def _close_reason(self, batch: list[_Pending[In, Out]], now: float) -> str | None:
+    def _close_reason(self, batch: list[Pending[In, Out]], now: float) -> str | None:
         if len(batch) >= self.max_batch_size:
             return "full"
         if self._stopping:
@@ -327,7 +286,7 @@ class DynamicBatcher(Generic[In, Out]):
             return "delay"
         if any(p.deadline - self.deadline_margin_s <= now for p in batch):
             return "deadline"
-        if self.dispatch_when_idle and self._worker_idle:
+        if self.dispatch_when_idle and self._worker.idle:
             return "idle"
         return None
 
@@ -338,10 +297,10 @@ class DynamicBatcher(Generic[In, Out]):
         except TimeoutError:
             pass
 
-    def _drop_dead(self, batch: list[_Pending[In, Out]]) -> list[_Pending[In, Out]]:
+    def _drop_dead(self, batch: list[Pending[In, Out]]) -> list[Pending[In, Out]]:
         """The requests of ``batch`` still worth running, marked started; expired ones get 504."""
         now = time.monotonic()
-        live: list[_Pending[In, Out]] = []
+        live: list[Pending[In, Out]] = []
         for pending in batch:
             if pending.future.done():  # cancelled by its caller while the batch formed
                 continue
@@ -354,56 +313,6 @@ class DynamicBatcher(Generic[In, Out]):
                 pending.times["queue_wait"] = now - pending.enqueued_at
             live.append(pending)
         return live
-
-    async def _execute(self, batch: list[_Pending[In, Out]]) -> None:
-        loop = asyncio.get_running_loop()
-        started = time.monotonic()
-        try:
-            outputs = await loop.run_in_executor(self._executor, self._run_batch, [p.item for p in batch])
-        except asyncio.CancelledError:
-            self._worker_done(batch, started)
-            for pending in batch:
-                if not pending.future.done():
-                    pending.future.set_exception(
-                        ServiceUnavailable(f"model {self.name!r} shut down mid-batch")
-                    )
-            raise
-        except Exception as exc:
-            self._worker_done(batch, started)
-            self._fail_batch(batch, exc)
-            return
-        # The worker is free before the results are handed out, so the next batch is dispatched first
-        # (its wake-up is queued ahead of the waiters') and inference does not wait on their responses.
-        self._worker_done(batch, started)
-        if len(outputs) != len(batch):
-            error = BackendError(
-                f"model {self.name!r} returned {len(outputs)} results for {len(batch)} inputs"
-            )
-            self._fail_batch(batch, error)
-            return
-        for pending, output in zip(batch, outputs, strict=True):
-            if not pending.future.done():
-                pending.future.set_result(output)
-
-    def _worker_done(self, batch: list[_Pending[In, Out]], started: float) -> None:
-        elapsed = time.monotonic() - started
-        self._metrics.inference(elapsed)
-        for pending in batch:
-            if pending.times is not None:
-                pending.times["inference"] = elapsed
-        self.batch_times.observe(len(batch), elapsed)
-        self._running_size = 0
-        self._worker_idle = True
-        self._changed.set()
-
-    def _fail_batch(self, batch: list[_Pending[In, Out]], exc: Exception) -> None:
-        logger.error("batcher %r: batch of %d failed: %s", self.name, len(batch), exc, exc_info=exc)
-        message = (
-            exc.message if isinstance(exc, ServiceError) else f"inference failed: {type(exc).__name__}: {exc}"
-        )
-        for pending in batch:
-            if not pending.future.done():
-                pending.future.set_exception(BackendError(f"model {self.name!r}: {message}"))
 
     def _on_loop_done(self, task: asyncio.Task[None]) -> None:
         if task.cancelled():

@@ -12,7 +12,7 @@ from service.errors import ServiceUnavailable
 from service.lifecycle import Lifecycle
 from service.metrics import ServiceMetrics
 from service.model_control import ModelControl
-from service.runtime import LoadedModel, ModelRuntime
+from service.model_runtime import LoadedModel, ModelRuntime
 from service.schemas import DetectQuery
 from service.settings import Settings
 

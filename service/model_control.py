@@ -19,6 +19,7 @@ import logging
 from dataclasses import dataclass
 
 from service.errors import BadRequest, ModelNotFound
+from service.model_runtime import LoadedModel, ModelRuntime
 from service.repository import (
     IndexEntry,
     RepositoryError,
@@ -27,7 +28,6 @@ from service.repository import (
     scan_model,
     select_versions,
 )
-from service.runtime import LoadedModel, ModelRuntime
 from service.settings import Settings
 
 logger = logging.getLogger(__name__)

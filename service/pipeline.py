@@ -32,9 +32,9 @@ from service.errors import PayloadTooLarge
 from service.imaging import BoxTransform, network_content_size, resize_for_network
 from service.manifest import MASK_OUTPUT
 from service.masks import PastedMask, masks_to_polygons, masks_to_rles, paste_mask
-from service.postprocess import Detections, DetectParams, select_detections, to_schema
+from service.model_runtime import LoadedModel
+from service.postprocess import DetectParams, KeptDetections, select_detections, to_schema
 from service.render import ImageFormat, render_detections
-from service.runtime import LoadedModel
 from service.schemas import DetectionResult
 from service.timing import RequestStages
 from service.uploads import ImageUpload
@@ -55,7 +55,7 @@ class ImageOutcome:
     width: int  # original size, after EXIF orientation
     height: int
     transform: BoxTransform
-    detections: Detections
+    detections: KeptDetections
     masks: np.ndarray | None  # float32 [N, Mh, Mw] for the kept detections (mask models only)
     image: np.ndarray | None = None  # RGB uint8 [H, W, 3], kept only to draw the boxed image
     held: Hold | None = field(default=None, repr=False)  # image memory held for ``image``

@@ -28,8 +28,9 @@ class DetectParams:
 
 
 @dataclass(frozen=True)
-class Detections:
-    """Kept detections of one image. ``rows`` index the model's K outputs (to pick their masks)."""
+class KeptDetections:
+    """The detections of one image kept after thresholds and the class filter, in original-image
+    pixels. ``rows`` index the model's K outputs (to pick their masks)."""
 
     boxes: np.ndarray  # float32 [N, 4] original-image pixels
     scores: np.ndarray  # float32 [N]
@@ -94,7 +95,7 @@ def _class_number(number: int, labels: tuple[Label, ...]) -> int:
 
 def select_detections(
     outputs: dict[str, np.ndarray], transform: BoxTransform, manifest: Manifest, params: DetectParams
-) -> Detections:
+) -> KeptDetections:
     """Filter one image's outputs by ``params`` and map its boxes to original-image pixels.
 
     Raises `BackendError` if a class index is outside the manifest's labels (artifact and manifest
@@ -120,7 +121,7 @@ def select_detections(
             f"model {manifest.name!r} returned class index {int(bad[0])}, but its manifest has "
             f"{len(manifest.labels)} labels"
         )
-    return Detections(
+    return KeptDetections(
         boxes=transform.boxes_to_original(outputs["detection_boxes"][rows]),
         scores=scores[rows].astype(np.float32),
         classes=kept_classes,
@@ -129,7 +130,7 @@ def select_detections(
 
 
 def to_schema(
-    detections: Detections,
+    detections: KeptDetections,
     labels: tuple[Label, ...],
     masks: list[dict[str, object]] | None = None,
     polygons: list[list[list[float]]] | None = None,

@@ -13,7 +13,7 @@ import numpy as np
 
 from service.manifest import Label
 from service.masks import PastedMask
-from service.postprocess import Detections
+from service.postprocess import KeptDetections
 
 ImageFormat = Literal["jpeg", "png"]
 MEDIA_TYPES: dict[str, str] = {"jpeg": "image/jpeg", "png": "image/png"}
@@ -76,7 +76,7 @@ def color_for(class_id: int) -> tuple[int, int, int]:
 
 def draw_detections(
     image_rgb: np.ndarray,
-    detections: Detections,
+    detections: KeptDetections,
     labels: Sequence[Label],
     masks: Iterable[PastedMask] | None = None,
 ) -> np.ndarray:
@@ -147,7 +147,7 @@ def encode_image(image_bgr: np.ndarray, fmt: ImageFormat) -> bytes:
 
 def render_detections(
     image_rgb: np.ndarray,
-    detections: Detections,
+    detections: KeptDetections,
     labels: Sequence[Label],
     fmt: ImageFormat = "jpeg",
     masks: Iterable[PastedMask] | None = None,

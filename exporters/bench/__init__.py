@@ -1,1 +1,2 @@
-"""Benchmarks (``detect-bench``): HTTP load against a running service, raw backend throughput."""
+"""Benchmarks (``detect-bench``): raw backend throughput of an artifact, FLOPs; the HTTP load benchmark
+lives with the service (``service.bench``) and is dispatched from here."""

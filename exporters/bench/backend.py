@@ -123,7 +123,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     import onnxruntime as ort  # the serve extra; onnx (below) is the export extra's
 
     from exporters.onnx_graph import load_checked
-    from exporters.runtime import cpu_session
+    from exporters.ort_cpu import cpu_session
 
     artifact = Path(args.artifact)
     manifest, model_path = read_artifact(artifact)
@@ -146,11 +146,13 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         )
     notes = []
     if manifest.format == "tensorrt":
-        from exporters.tensorrt_build import EngineRunner, gpu_unavailable_reason
+        from exporters.tensorrt_engine import gpu_unavailable_reason
 
         reason = gpu_unavailable_reason()
         if reason is None:
-            runners["tensorrt (fp16)"] = EngineRunner(model_path).run
+            from service.backends.tensorrt_backend import TensorRTBackend
+
+            runners["tensorrt (fp16)"] = TensorRTBackend(manifest, model_path).infer
         else:
             notes.append(f"TensorRT skipped: {reason}")
     gflops = None
@@ -223,7 +225,7 @@ def postprocess_share(
     is proposal selection, RoI heads, NMS and masks: its raw tensors are the FPN and RPN head outputs.)
     """
     from exporters.onnx_graph import extract
-    from exporters.runtime import cpu_session
+    from exporters.ort_cpu import cpu_session
     from exporters.verify import raw_names_from_manifest
 
     raw = raw_names_from_manifest(manifest)

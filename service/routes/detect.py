@@ -18,6 +18,7 @@ from fastapi import APIRouter, Request, Response
 from service.admission import Resources
 from service.deps import DetectQueryDep, LifecycleDep, ModelDep, ResourcesDep, SettingsDep
 from service.errors import BadRequest, NotAcceptable
+from service.model_runtime import LoadedModel
 from service.pipeline import (
     INLINE_PLAN_BYTES,
     ImageOutcome,
@@ -29,7 +30,6 @@ from service.pipeline import (
 )
 from service.postprocess import DetectParams, parse_class_filter
 from service.render import MEDIA_TYPES
-from service.runtime import LoadedModel
 from service.schemas import DetectionResult, DetectionResults, ErrorBody
 from service.timing import RequestStages
 from service.uploads import cancel_on_disconnect, read_uploads

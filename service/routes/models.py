@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from service.deps import RuntimeDep
-from service.runtime import LoadedModel
+from service.model_runtime import LoadedModel
 from service.schemas import BatchingInfo, ErrorBody, ModelInfo, ModelList
 
 router = APIRouter(prefix="/v1/models", tags=["models"])

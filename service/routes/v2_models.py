@@ -15,8 +15,8 @@ from fastapi import APIRouter, Request, Response
 
 from service.deps import LeasedModelDep, LifecycleDep, ResourcesDep, RuntimeDep, SettingsDep
 from service.errors import BadRequest
+from service.model_runtime import LoadedModel, ModelRuntime
 from service.repository import version_sort_key
-from service.runtime import LoadedModel, ModelRuntime
 from service.schemas import ErrorBody
 from service.uploads import cancel_on_disconnect
 from service.v2.infer import parse_body, read_body, run_inference

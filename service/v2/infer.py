@@ -22,8 +22,8 @@ from starlette.requests import Request
 from service.admission import Resources, hold
 from service.budget import MemoryBudget
 from service.errors import PayloadTooLarge, UnsupportedMediaType
+from service.model_runtime import LoadedModel
 from service.pipeline import plan_images, prepare_images
-from service.runtime import LoadedModel
 from service.timing import RequestStages
 from service.uploads import ImageUpload, UploadLimits, body_chunks
 from service.v2.signature import BYTES_INPUT

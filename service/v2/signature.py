@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from service.manifest import MASK_OUTPUT
-from service.runtime import LoadedModel
+from service.model_runtime import LoadedModel
 from service.v2.schemas import ModelMetadata, TensorMetadata
 
 BYTES_INPUT = "image_bytes"

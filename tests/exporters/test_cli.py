@@ -121,3 +121,23 @@ def test_bad_threshold_is_named(
     args = ["onnx", "--checkpoint", str(tiny_checkpoint), "--output", str(tmp_path / "m" / "1")]
     code, err = _run([*args, "--max-detections", "5000"], capsys)
     assert code == EXIT_BAD_INPUT and "max_detections must be in 1..3839" in err
+
+
+def test_each_command_turns_its_flags_into_its_request() -> None:
+    from exporters.cli import _request, build_parser
+    from exporters.onnx_export import OnnxExportRequest
+    from exporters.quantize import QuantizeRequest
+    from exporters.tensorrt_build import TensorRTExportRequest
+
+    parse = build_parser().parse_args
+    onnx = parse(["onnx", "--checkpoint", "c.pt", "--output", "o", "--max-batch", "4", "--no-verify"])
+    request = _request(OnnxExportRequest, onnx, max_batch_size=onnx.max_batch, verify=not onnx.no_verify)
+    assert request == OnnxExportRequest(Path("c.pt"), Path("o"), max_batch_size=4, verify=False)
+    trt = parse(["trt", "--artifact", "a", "--output", "o", "--max-batch", "8", "--split", "val"])
+    assert _request(TensorRTExportRequest, trt, verify=True) == TensorRTExportRequest(
+        Path("a"), Path("o"), max_batch=8, split="val"
+    )
+    q = parse(["quantize", "--artifact", "a", "--output", "o", "--data", "d", "--seed", "3", "--split", "v"])
+    assert _request(
+        QuantizeRequest, q, val_split=q.split, max_eval_images=None, gate=True
+    ) == QuantizeRequest(Path("a"), Path("o"), "d", seed=3, val_split="v")

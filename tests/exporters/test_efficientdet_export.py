@@ -17,7 +17,7 @@ from exporters.compare import Detections, match_detections, summarize_matches
 from exporters.fp16 import Fp16Tolerances, compare_fp16, convert_to_fp16
 from exporters.onnx_export import OnnxExportRequest, export_onnx
 from exporters.onnx_graph import with_outputs
-from exporters.runtime import cpu_session, run_contract
+from exporters.ort_cpu import cpu_session, run_contract
 from exporters.verify import generated_batches, manifest_resize, verify_artifact
 from exporters.wrappers import get_wrapper
 from exporters.wrappers.efficientdet import EfficientDetWrapper

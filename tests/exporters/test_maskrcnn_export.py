@@ -22,7 +22,7 @@ from exporters.bench.backend import add_arguments, run_bench
 from exporters.errors import ExportError
 from exporters.fp16 import compare_fp16, convert_to_fp16, fp16_scopes
 from exporters.onnx_export import OnnxExportRequest, export_onnx
-from exporters.tensorrt_build import check_tensorrt_ops
+from exporters.tensorrt_ops import check_tensorrt_ops
 from exporters.verify import generated_batches, manifest_resize, raw_names_from_manifest, verify_artifact
 from exporters.wrappers import get_wrapper
 from exporters.wrappers.maskrcnn import MultiScaleRoIAlign

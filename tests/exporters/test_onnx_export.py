@@ -10,8 +10,8 @@ from exporters_testkit import CATEGORIES, ExportedArtifact
 from exporters.compare import Detections, match_detections
 from exporters.onnx_export import RAW_PREFIX
 from exporters.onnx_graph import with_outputs
+from exporters.ort_cpu import cpu_session, run_contract
 from exporters.postprocess_graph import PostprocessSettings
-from exporters.runtime import cpu_session, run_contract
 from exporters.verify import generated_batches
 from exporters.wrappers import get_wrapper
 from service.manifest import MANIFEST_FILE, OUTPUT_NAMES, Manifest

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from exporters.onnx_export import torch_to_onnx
+from exporters.ort_cpu import cpu_session
 from exporters.postprocess_graph import DetectionPostprocess, PostprocessSettings, non_max_suppression
-from exporters.runtime import cpu_session
 from service.manifest import OUTPUT_NAMES
 from training.box_ops import decode_boxes, xywh_to_xyxy
 from training.models.ssd300.default_boxes import default_boxes_xywh

@@ -20,12 +20,9 @@ from exporters.nncf_int8 import ignored_scope
 from exporters.onnx_graph import load_checked
 from exporters.quantize import gate_failures
 from exporters.served_eval import file_sha256
-from exporters.tensorrt_build import (
-    TensorRTExportRequest,
-    check_tensorrt_ops,
-    export_tensorrt,
-    gpu_unavailable_reason,
-)
+from exporters.tensorrt_build import TensorRTExportRequest, export_tensorrt
+from exporters.tensorrt_engine import gpu_unavailable_reason
+from exporters.tensorrt_ops import check_tensorrt_ops
 from service.manifest import Accuracy, Manifest
 from training.data.synthetic import generate_dataset
 

@@ -1,4 +1,4 @@
-"""TensorRT: the op-support check, the build configuration, the no-GPU path, and (GPU only) the engine."""
+"""``detect-export trt``: the argument handling, the no-GPU path, and (GPU only) the engine it builds."""
 
 from __future__ import annotations
 
@@ -8,72 +8,30 @@ import numpy as np
 import onnx
 import pytest
 from exporters_testkit import ExportedArtifact
-from onnx import TensorProto, helper
 
-from exporters.cli import EXIT_GPU_REQUIRED, main
-from exporters.errors import ExportError
-from exporters.fp16 import convert_to_fp16
-from exporters.tensorrt_build import (
-    BuildConfig,
-    TensorRTExportRequest,
-    check_tensorrt_ops,
-    export_tensorrt,
-    gpu_unavailable_reason,
-    run_engine,
-)
+from exporters.cli import EXIT_BAD_INPUT, EXIT_GPU_REQUIRED, main
+from exporters.tensorrt_build import TensorRTExportRequest, export_tensorrt
+from exporters.tensorrt_engine import gpu_unavailable_reason
 from service.manifest import Manifest
 
 NO_GPU = gpu_unavailable_reason()
 
 
-def test_exported_graphs_use_only_tensorrt_ops(exported: ExportedArtifact) -> None:
-    fp32 = onnx.load(str(exported.model_path))
-    for model in (fp32, convert_to_fp16(fp32, "images", ["raw_locs", "raw_confs"])):
-        report = check_tensorrt_ops(model)
-        assert report["passed"], (report["unsupported"], report["problems"])
-        assert {"NonMaxSuppression", "TopK", "Conv"} <= set(report["op_counts"])
-
-
-def _graph(nodes: list[onnx.NodeProto], initializers: list[onnx.TensorProto]) -> onnx.ModelProto:
-    graph = helper.make_graph(
-        nodes,
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6000])],
-        [helper.make_tensor_value_info(n.output[0], TensorProto.UNDEFINED, None) for n in nodes],
-        initializers,
-    )
-    return helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("my.ops", 1)]
-    )
-
-
-def test_unsupported_ops_and_constraints_are_reported() -> None:
-    k = helper.make_tensor("k", TensorProto.INT64, [1], [5000])
-    model = _graph(
-        [
-            helper.make_node("Unique", ["x"], ["u"], name="unique_node"),
-            helper.make_node("FancyOp", ["x"], ["f"], name="custom_node", domain="my.ops"),
-            helper.make_node("TopK", ["x", "k"], ["v", "i"], name="big_topk"),
-        ],
-        [k],
-    )
-    report = check_tensorrt_ops(model)
-    assert not report["passed"]
-    assert report["unsupported"] == {"Unique": ["unique_node"], "my.ops::FancyOp": ["custom_node"]}
-    assert report["problems"] == ["TopK node 'big_topk': K = 5000 must be < 3840"]
-
-
-def test_build_config_is_validated_against_the_graph(exported: ExportedArtifact) -> None:
-    model = onnx.load(str(exported.model_path))
-    BuildConfig("images", 300, 300).validate(model)
-    with pytest.raises(ExportError, match="min <= opt <= max, got min 4, opt 2"):
-        BuildConfig("images", 300, 300, min_batch=4, opt_batch=2).validate(model)
-    with pytest.raises(ExportError, match="no input 'pixels'"):
-        BuildConfig("pixels", 300, 300).validate(model)
-    with pytest.raises(ExportError, match=r"config expects \[B, 320, 320, 3\]"):
-        BuildConfig("images", 320, 320).validate(model)
-    with pytest.raises(ExportError, match="--workspace-gb must be > 0"):
-        BuildConfig("images", 300, 300, workspace_gb=0).validate(model)
+def test_trt_refuses_bad_arguments_before_writing(
+    exported: ExportedArtifact, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    output = tmp_path / "trt" / "1"
+    base = ["trt", "--artifact", str(exported.directory), "--output", str(output)]
+    assert main([*base, "--min-batch", "4", "--opt-batch", "2"]) == EXIT_BAD_INPUT
+    assert "min <= opt <= max, got min 4, opt 2" in capsys.readouterr().err
+    assert main([*base, "--workspace-gb", "0"]) == EXIT_BAD_INPUT
+    assert "--workspace-gb must be > 0" in capsys.readouterr().err
+    assert main(["trt", "--artifact", str(tmp_path / "missing"), "--output", str(output)]) == EXIT_BAD_INPUT
+    assert "does not exist" in capsys.readouterr().err
+    output.mkdir(parents=True)
+    assert main(base) == EXIT_BAD_INPUT
+    assert "already exists (use --force" in capsys.readouterr().err
+    assert list(output.iterdir()) == []
 
 
 @pytest.mark.skipif(NO_GPU is None, reason="a GPU is present: the no-GPU path does not run here")
@@ -109,7 +67,11 @@ def test_engine_builds_strongly_typed_and_matches_onnxruntime(
     manifest = export_tensorrt(request)
     assert (manifest.format, manifest.precision, manifest.file) == ("tensorrt", "fp16", "model.plan")
     assert cache.stat().st_size > 0
+    from service.backends.tensorrt_backend import TensorRTBackend
+
     engine = manifest.verification["engine"]
     assert engine["contract"]["passed"] and engine["detections_vs_onnxruntime"]["unexplained"] == 0
-    outputs = run_engine(output / "model.plan", np.zeros((3, 300, 300, 3), np.uint8))
+    backend = TensorRTBackend(manifest, output / "model.plan")  # as the service serves it
+    outputs = backend.infer(np.zeros((3, 300, 300, 3), np.uint8))
+    backend.close()
     assert outputs["detection_boxes"].shape == (3, manifest.max_detections, 4)

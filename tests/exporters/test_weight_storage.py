@@ -11,7 +11,7 @@ from exporters_testkit import ExportedArtifact
 from exporters.fp16 import convert_to_fp16, fp16_fraction
 from exporters.onnx_export import OnnxExportRequest, export_onnx
 from exporters.onnx_graph import restore_weights_fp32, store_weights_fp16, with_outputs
-from exporters.runtime import cpu_session
+from exporters.ort_cpu import cpu_session
 from exporters.verify import verify_artifact
 
 

@@ -9,7 +9,7 @@ import pytest
 from service_testkit import encode, make_settings, start_client
 
 from exporters.coco_ap import stretch_resize
-from exporters.runtime import cpu_session, run_contract
+from exporters.ort_cpu import cpu_session, run_contract
 from service.app import create_app
 from service.default_model import DefaultModelError, read_default_file, resolve_default_model
 from service.manifest import Manifest

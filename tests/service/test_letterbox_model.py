@@ -12,7 +12,7 @@ from efficientdet_testkit import make_efficientdet_checkpoint
 from service_testkit import encode, make_settings, start_client
 
 from exporters.onnx_export import OnnxExportRequest, export_onnx
-from exporters.runtime import cpu_session, run_contract
+from exporters.ort_cpu import cpu_session, run_contract
 from service.app import create_app
 from service.manifest import Manifest
 from training.data.synthetic import render_sample

@@ -19,7 +19,7 @@ from service_testkit import GatedFactory, add_toy_model, encode, solid_image, wa
 
 from service.manifest import MANIFEST_FILE
 from service.model_control import ModelControl
-from service.runtime import ModelRuntime
+from service.model_runtime import ModelRuntime
 
 MakeClient = Callable[..., TestClient]
 

@@ -8,15 +8,15 @@ import pytest
 
 from service.manifest import Label
 from service.masks import PastedMask
-from service.postprocess import Detections
+from service.postprocess import KeptDetections
 from service.render import color_for, draw_detections, place_caption, render_detections
 
 LABELS = (Label(name="cat"), Label(name="dog"))
 
 
-def detections(boxes: list[list[float]], classes: list[int]) -> Detections:
+def detections(boxes: list[list[float]], classes: list[int]) -> KeptDetections:
     n = len(boxes)
-    return Detections(
+    return KeptDetections(
         boxes=np.array(boxes, dtype=np.float32).reshape(n, 4),
         scores=np.linspace(0.9, 0.5, n, dtype=np.float32),
         classes=np.array(classes, dtype=np.int32),
@@ -73,7 +73,7 @@ def test_boxes_at_or_beyond_the_edges_render(box: list[float]) -> None:
 
 def test_masks_may_come_from_a_generator_pasted_one_at_a_time() -> None:
     image = np.zeros((300, 200, 3), np.uint8)
-    detections = Detections(
+    detections = KeptDetections(
         boxes=np.array([[0, 0, 200, 300], [10, 10, 20, 20]], np.float32),
         scores=np.array([0.9, 0.8], np.float32),
         classes=np.array([0, 0], np.int32),

@@ -16,13 +16,10 @@ from exporters.coco_ap import coco_ap
 from exporters.compare import Detections, match_detections
 from exporters.fp16 import convert_to_fp16, fp16_eval
 from exporters.onnx_export import OnnxExportRequest, export_onnx
-from exporters.runtime import cpu_session, run_contract
-from exporters.tensorrt_build import (
-    TensorRTExportRequest,
-    check_tensorrt_ops,
-    export_tensorrt,
-    gpu_unavailable_reason,
-)
+from exporters.ort_cpu import cpu_session, run_contract
+from exporters.tensorrt_build import TensorRTExportRequest, export_tensorrt
+from exporters.tensorrt_engine import gpu_unavailable_reason
+from exporters.tensorrt_ops import check_tensorrt_ops
 from exporters.verify import eager_detector, generated_batches, onnx_detector, settings_from_manifest
 from exporters.wrappers import get_wrapper
 from service.manifest import OUTPUT_NAMES

@@ -30,7 +30,7 @@ import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
 if TYPE_CHECKING:
-    from exporters.bench.service_backend import BackendThroughput
+    from service.bench.backend_throughput import BackendThroughput
 
 IMAGE_TYPES = {
     ".jpg": "image/jpeg",
@@ -229,7 +229,7 @@ def compare_with_backend(
     threads: int,
 ) -> BackendThroughput:
     """Measure the raw backend at the run's mean batch size and store it and HTTP/raw in ``result``."""
-    from exporters.bench.service_backend import measure_backend_throughput
+    from service.bench.backend_throughput import measure_backend_throughput
     from service.settings import Settings
 
     batch = max(1, round(result.mean_batch_size or 1))
@@ -356,6 +356,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    from exporters.bench.cli import main
-
-    sys.exit(main(["http", *sys.argv[1:]]))
+    parser = argparse.ArgumentParser(prog="detect-bench http", description=__doc__.split("\n")[0])
+    add_arguments(parser)
+    sys.exit(run(parser.parse_args()))

@@ -1,12 +1,11 @@
-"""``detect-bench http`` against a real detect-serve, with the raw-backend comparison.
-
-(It lives with the service tests because it needs their toy model repository and server helper.)
-"""
+"""``detect-bench http`` (``service.bench``) against a real detect-serve, with the raw-backend comparison."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -14,13 +13,26 @@ import pytest
 from service_testkit import Server, encode, solid_image
 
 from exporters.bench.cli import SUBCOMMANDS, build_parser, main
-from exporters.bench.http_load import batch_histogram, load_images
+from service.bench.http_load import batch_histogram, load_images
 
 
 def test_subcommands_are_registered() -> None:
     assert "http" in SUBCOMMANDS
     args = build_parser().parse_args(["http", "--images", "x.jpg"])
     assert args.command == "http" and args.concurrency == 16 and args.url == "http://127.0.0.1:8000"
+
+
+def test_the_service_benchmarks_import_no_torch_onnx_or_training() -> None:
+    code = (
+        "import sys\n"
+        "for name in ('torch', 'torchvision', 'training', 'onnx'):\n"
+        "    sys.modules[name] = None\n"
+        "import service.bench.http_load, service.bench.backend_throughput\n"
+        "from exporters.bench.cli import build_parser\n"
+        "build_parser('http').parse_args(['http', '--images', 'x.jpg'])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
 
 
 def test_batch_histogram_reads_sum_and_count_per_model() -> None:
