@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
+from service.metrics import STAGES
+
 if TYPE_CHECKING:
     from service.bench.backend_throughput import BackendThroughput
 
@@ -68,6 +70,9 @@ class HttpLoadResult:
     raw_backend: dict[str, object] | None = field(default=None)
     http_over_raw: float | None = None
     rounds: int = 1
+    # (seconds, observations) of each server stage histogram over the window: per image, but per batch
+    # for inference (see service.metrics).
+    stage_totals: dict[str, tuple[float, float]] = field(default_factory=dict)
     latencies_s: list[float] = field(default_factory=list, repr=False)  # not written to --json
 
 
@@ -89,20 +94,35 @@ def load_images(paths: Sequence[str | Path]) -> list[BenchImage]:
     ]
 
 
-def batch_histogram(metrics_text: str, model: str | None) -> tuple[float, float]:
-    """(sum, count) of ``detect_batch_size`` for ``model`` (None: all models)."""
-    total = count = 0.0
+def histogram_totals(metrics_text: str, model: str | None) -> dict[str, tuple[float, float]]:
+    """(sum, count) of ``detect_batch_size`` and of every ``detect_<stage>_seconds`` histogram, for
+    ``model`` (None: all models)."""
+    totals: dict[str, tuple[float, float]] = {}
     for family in text_string_to_metric_families(metrics_text):
-        if family.name != "detect_batch_size":
+        if family.name != "detect_batch_size" and not (
+            family.name.endswith("_seconds") and family.name.removeprefix("detect_")[:-8] in STAGES
+        ):
             continue
+        total = count = 0.0
         for sample in family.samples:
             if model is not None and sample.labels.get("model") != model:
                 continue
-            if sample.name == "detect_batch_size_sum":
+            if sample.name == f"{family.name}_sum":
                 total += sample.value
-            elif sample.name == "detect_batch_size_count":
+            elif sample.name == f"{family.name}_count":
                 count += sample.value
-    return total, count
+        totals[family.name] = (total, count)
+    return totals
+
+
+def _window(
+    before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]]
+) -> dict[str, tuple[float, float]]:
+    """What each histogram gained between two scrapes."""
+    return {
+        name: (total - before.get(name, (0.0, 0.0))[0], count - before.get(name, (0.0, 0.0))[1])
+        for name, (total, count) in after.items()
+    }
 
 
 async def run_http_load(
@@ -154,15 +174,16 @@ async def run_http_load(
         if warmup_s > 0:
             stop_at = time.monotonic() + warmup_s
             await asyncio.gather(*(client_loop(i, stop_at, False) for i in range(concurrency)))
-        before = batch_histogram((await client.get("/metrics")).text, model)
+        before = histogram_totals((await client.get("/metrics")).text, model)
         started, cpu_started = time.monotonic(), time.process_time()
         stop_at = started + duration_s
         await asyncio.gather(*(client_loop(i, stop_at, True) for i in range(concurrency)))
         elapsed = time.monotonic() - started
         client_cpu_s = time.process_time() - cpu_started
-        after = batch_histogram((await client.get("/metrics")).text, model)
+        after = histogram_totals((await client.get("/metrics")).text, model)
 
-    batches = after[1] - before[1]
+    window = _window(before, after)
+    images, batches = window.get("detect_batch_size", (0.0, 0.0))
     ok = len(latencies)
     return HttpLoadResult(
         url=url,
@@ -175,9 +196,10 @@ async def run_http_load(
         latency_ms=latency_summary(latencies),
         status_counts=dict(sorted(statuses.items())),
         errors=dict(errors),
-        mean_batch_size=(after[0] - before[0]) / batches if batches > 0 else None,
+        mean_batch_size=images / batches if batches > 0 else None,
         batches=int(batches),
         client_cpu_cores=client_cpu_s / elapsed,
+        stage_totals={name: t for name, t in window.items() if name != "detect_batch_size" and t[1] > 0},
         latencies_s=latencies,
     )
 
@@ -217,6 +239,13 @@ def merge_rounds(rounds: list[HttpLoadResult]) -> HttpLoadResult:
         batches=batches,
         client_cpu_cores=sum(r.client_cpu_cores * r.duration_s for r in rounds) / duration,
         rounds=len(rounds),
+        stage_totals={
+            name: (
+                sum(r.stage_totals.get(name, (0.0, 0.0))[0] for r in rounds),
+                sum(r.stage_totals.get(name, (0.0, 0.0))[1] for r in rounds),
+            )
+            for name in sorted({name for r in rounds for name in r.stage_totals})
+        },
         latencies_s=latencies,
     )
 
@@ -259,6 +288,7 @@ def set_raw(result: HttpLoadResult, raws: list[BackendThroughput]) -> None:
 
 def format_report(result: HttpLoadResult) -> str:
     lat = result.latency_ms
+    client_ms = result.client_cpu_cores * result.duration_s / result.ok * 1000 if result.ok else math.nan
     lines = [
         f"detect-bench http {result.url} model={result.model or '(default)'} "
         f"concurrency={result.concurrency} duration={result.duration_s:.1f}s"
@@ -271,7 +301,17 @@ def format_report(result: HttpLoadResult) -> str:
             else "latency ms   (no successful request)"
         ),
         f"client CPU   {result.client_cpu_cores:.2f} cores busy on average (this load client, of "
-        f"{os.cpu_count()} on this machine)",
+        f"{os.cpu_count()} on this machine; {client_ms:.2f} ms per request)",
+        "server ms    "
+        + (
+            "  ".join(
+                f"{name.removeprefix('detect_').removesuffix('_seconds')} {total / count * 1000:.2f}"
+                + ("/batch" if name == "detect_inference_seconds" else "")
+                for name, (total, count) in result.stage_totals.items()
+            )
+            or "(no stage observed)"
+        )
+        + "   (mean per image)",
         "status       "
         + ", ".join(f"{code}: {n}" for code, n in result.status_counts.items())
         + (f"   transport errors: {result.errors}" if result.errors else ""),

@@ -13,7 +13,7 @@ import pytest
 from service_testkit import Server, encode, solid_image
 
 from exporters.bench.cli import SUBCOMMANDS, build_parser, main
-from service.bench.http_load import batch_histogram, load_images
+from service.bench.http_load import histogram_totals, load_images
 
 
 def test_subcommands_are_registered() -> None:
@@ -35,7 +35,7 @@ def test_the_service_benchmarks_import_no_torch_onnx_or_training() -> None:
     assert done.returncode == 0, done.stderr
 
 
-def test_batch_histogram_reads_sum_and_count_per_model() -> None:
+def test_histogram_totals_read_sum_and_count_per_model() -> None:
     text = (
         "# HELP detect_batch_size Images per inference batch\n"
         "# TYPE detect_batch_size histogram\n"
@@ -45,9 +45,21 @@ def test_batch_histogram_reads_sum_and_count_per_model() -> None:
         'detect_batch_size_bucket{le="+Inf",model="b"} 1.0\n'
         'detect_batch_size_sum{model="b"} 1.0\n'
         'detect_batch_size_count{model="b"} 1.0\n'
+        "# HELP detect_decode_seconds Time spent in the decode stage (per image)\n"
+        "# TYPE detect_decode_seconds histogram\n"
+        'detect_decode_seconds_bucket{le="+Inf",model="a"} 6.0\n'
+        'detect_decode_seconds_sum{model="a"} 0.012\n'
+        'detect_decode_seconds_count{model="a"} 6.0\n'
+        "# HELP detect_request_seconds End-to-end time\n"
+        "# TYPE detect_request_seconds histogram\n"
+        'detect_request_seconds_sum{model="a"} 9.0\n'
+        'detect_request_seconds_count{model="a"} 2.0\n'
     )
-    assert batch_histogram(text, "a") == (6.0, 2.0)
-    assert batch_histogram(text, None) == (7.0, 3.0)
+    assert histogram_totals(text, "a") == {
+        "detect_batch_size": (6.0, 2.0),
+        "detect_decode_seconds": (0.012, 6.0),  # a stage; the end-to-end histogram is not one
+    }
+    assert histogram_totals(text, None)["detect_batch_size"] == (7.0, 3.0)
 
 
 def test_load_images_from_folders_and_files(tmp_path: Path) -> None:
@@ -85,6 +97,10 @@ def test_http_bench_against_a_running_server(toy_repo: Path, tmp_path: Path) -> 
     assert result["raw_backend"]["batch_size"] == max(1, round(result["mean_batch_size"]))
     assert result["http_over_raw"] > 0
     assert 0 < result["client_cpu_cores"] <= os.cpu_count()  # the client did work, on at most every core
+    stages = result["stage_totals"]
+    assert {"detect_decode_seconds", "detect_preprocess_seconds", "detect_inference_seconds"} <= set(stages)
+    assert stages["detect_decode_seconds"][1] == result["ok"]  # one decode per image of the window
+    assert all(seconds > 0 for seconds, _ in stages.values())
 
 
 def _ready(url: str) -> bool:
