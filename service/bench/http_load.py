@@ -183,7 +183,7 @@ async def run_http_load(
         after = histogram_totals((await client.get("/metrics")).text, model)
 
     window = _window(before, after)
-    images, batches = window.get("detect_batch_size", (0.0, 0.0))
+    batched_images, batches = window.get("detect_batch_size", (0.0, 0.0))
     ok = len(latencies)
     return HttpLoadResult(
         url=url,
@@ -196,7 +196,7 @@ async def run_http_load(
         latency_ms=latency_summary(latencies),
         status_counts=dict(sorted(statuses.items())),
         errors=dict(errors),
-        mean_batch_size=images / batches if batches > 0 else None,
+        mean_batch_size=batched_images / batches if batches > 0 else None,
         batches=int(batches),
         client_cpu_cores=client_cpu_s / elapsed,
         stage_totals={name: t for name, t in window.items() if name != "detect_batch_size" and t[1] > 0},
