@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from exporters.compare import Detections
+from service.geometry import resize
 from training.box_ops import xyxy_to_ltwh
 from training.coco_eval import CocoEvaluator
 from training.data.coco import load_coco, read_image_rgb, resolve_split
@@ -33,17 +34,8 @@ def stretch_to_original(boxes: np.ndarray, size: tuple[int, int]) -> np.ndarray:
 
 
 def stretch_resize(image: np.ndarray, height: int, width: int) -> np.ndarray:
-    """Resize ignoring the aspect ratio with training's rule (area filter when shrinking, else linear);
-    for a square input this is exactly ``training.data.ssd_transforms.resize_image``."""
-    import cv2
-
-    if height == width:
-        from training.data.ssd_transforms import resize_image
-
-        return np.asarray(resize_image(image, height), dtype=np.uint8)
-    h, w = image.shape[:2]
-    interp = cv2.INTER_AREA if (w > width or h > height) else cv2.INTER_LINEAR
-    return np.asarray(cv2.resize(image, (width, height), interpolation=interp), dtype=np.uint8)
+    """Resize ignoring the aspect ratio with `service.geometry`'s rule (training's and the service's)."""
+    return np.asarray(resize(image, width, height), dtype=np.uint8)
 
 
 def iter_batches(

@@ -30,7 +30,6 @@ from exporters.coco_ap import (
     Resize,
     ToOriginal,
     coco_evaluators,
-    stretch_resize,
     stretch_to_original,
 )
 from exporters.compare import (
@@ -47,9 +46,10 @@ from exporters.postprocess_graph import PostprocessSettings
 from exporters.runtime import cpu_session, run_contract
 from exporters.served_eval import served_display_threshold
 from exporters.wrappers import ExportWrapper, get_wrapper
+from service.geometry import letterbox_geometry
+from service.imaging import resize_for_network
 from service.manifest import MANIFEST_FILE, Manifest
 from training.checkpoint import load_checkpoint, sha256_file
-from training.data.letterbox import letterbox_geometry, letterbox_resize
 
 
 @dataclass(frozen=True)
@@ -113,11 +113,7 @@ def generated_batches(resize: Resize, sizes: tuple[int, ...] = (1, 3), seed: int
 
 def manifest_resize(manifest: Manifest) -> Resize:
     """Training's resize to the artifact's input size, in the manifest's mode (stretch or letterbox)."""
-    spec = manifest.input
-    height, width = spec.height, spec.width
-    if spec.resize == "letterbox":
-        return lambda image: letterbox_resize(image, width, height, spec.pad_value)[0]
-    return lambda image: stretch_resize(image, height, width)
+    return lambda image: resize_for_network(image, manifest.input)[0]
 
 
 def manifest_to_original(manifest: Manifest) -> ToOriginal:
