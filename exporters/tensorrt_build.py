@@ -416,7 +416,7 @@ def export_tensorrt(request: TensorRTExportRequest) -> Manifest:
             raise VerificationError(
                 f"the {which} graph has ops TensorRT cannot build: {describe_op_check(report)}"
             )
-    accuracy = fp16_accuracy(fp32, fp16, manifest, request.data, request.split, request.max_images)
+    accuracy = fp16_accuracy(fp32, fp16, manifest, request.data, request.split, request.max_images).to_dict()
     if not accuracy["passed"] and request.verify:
         raise VerificationError(
             f"FP16 is out of tolerance against FP32: {_accuracy_summary(accuracy)} "
