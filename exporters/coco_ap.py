@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from exporters.compare import Detections
-from service.geometry import resize
+from service.geometry import resize, stretch_to_original
 from training.box_ops import xyxy_to_ltwh
 from training.coco_eval import CocoEvaluator
 from training.data.coco import load_coco, read_image_rgb, resolve_split
@@ -43,14 +43,6 @@ class EvalImage:
 
 # uint8 [B, H, W, 3] network inputs and their images.
 Batch = tuple[np.ndarray, list[EvalImage]]
-
-
-def stretch_to_original(boxes: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    """Inverse of a stretch resize: normalized coordinates times the original width and height."""
-    height, width = size
-    return np.asarray(boxes, dtype=np.float32).reshape(-1, 4) * np.array(
-        [width, height, width, height], dtype=np.float32
-    )
 
 
 def stretch_resize(image: np.ndarray, height: int, width: int) -> np.ndarray:

@@ -23,7 +23,7 @@ import onnxruntime as ort
 from onnx import ModelProto
 
 from exporters.artifact import read_artifact, utc_now
-from exporters.coco_ap import APComparison, Detector, Resize, ToOriginal, evaluate_split, stretch_to_original
+from exporters.coco_ap import APComparison, Detector, Resize, ToOriginal, evaluate_split
 from exporters.compare import Agreement, Detections, contract_problems
 from exporters.errors import ExportError, InvalidModelError
 from exporters.onnx_graph import load_checked, with_outputs
@@ -38,7 +38,7 @@ from exporters.reports import (
 from exporters.runtime import cpu_session, run_contract
 from exporters.served_eval import served_display_threshold
 from exporters.wrappers import ExportWrapper, get_wrapper
-from service.geometry import letterbox_geometry
+from service.geometry import letterbox_geometry, stretch_to_original
 from service.imaging import resize_for_network
 from service.manifest import Manifest
 from training.checkpoint import load_checkpoint, sha256_file

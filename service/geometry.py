@@ -35,6 +35,7 @@ __all__ = [
     "resize",
     "resize_to_input",
     "stretch_resize",
+    "stretch_to_original",
 ]
 
 ResizeMode = Literal["stretch", "letterbox"]
@@ -79,6 +80,15 @@ class BoxTransform:
         boxes = np.asarray(boxes, dtype=np.float32).reshape(-1, 4)
         scale = np.array([self.scale_x, self.scale_y, self.scale_x, self.scale_y], dtype=np.float32)
         return boxes * scale
+
+
+def stretch_to_original(boxes: NDArray[np.floating], size: tuple[int, int]) -> NDArray[np.float32]:
+    """``[N, 4]`` boxes normalized to a stretched input -> pixels of an original ``(height, width)`` image,
+    unclipped: training's evaluation mapping, which the exporters' eager-side AP follows (the service's
+    :class:`BoxTransform` also clips to the image)."""
+    height, width = size
+    scale = np.array([width, height, width, height], dtype=np.float32)
+    return np.asarray(boxes, dtype=np.float32).reshape(-1, 4) * scale
 
 
 def interpolation(src_w: int, src_h: int, dst_w: int, dst_h: int) -> int:
