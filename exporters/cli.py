@@ -140,7 +140,7 @@ def _run_verify(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         max_images=args.max_images,
         write=not args.no_write,
-    )
+    ).to_dict()
     _print_report(report, args.json, args.command)
     return 0 if report["passed"] else EXIT_VERIFICATION
 
@@ -187,7 +187,7 @@ def _run_fp16_eval(args: argparse.Namespace) -> int:
 
     report = fp16_eval(
         args.artifact, args.fp16, args.data, args.split, args.max_images, write=not args.no_write
-    )
+    ).to_dict()
     report["summary"] = "; ".join(
         [f"{n} rel err {r['max_rel_error']:.2e}" for n, r in report["raw_outputs"].items()]
         + (

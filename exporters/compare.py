@@ -260,3 +260,39 @@ def summarize_matches(per_image: list[dict[str, Any]]) -> dict[str, Any]:
         "max_box_error": max((m["max_box_error"] for m in per_image), default=0.0),
         "max_score_error": max((m["max_score_error"] for m in per_image), default=0.0),
     }
+
+
+class Agreement:
+    """Raw-output errors and matched detections of a graph against a reference, accumulated over batches
+    (the largest error per raw output; one match per image)."""
+
+    def __init__(self, raw_names: list[str]) -> None:
+        self.raw_outputs = {n: {"max_abs_error": 0.0, "max_rel_error": 0.0} for n in raw_names}
+        self.matches: list[dict[str, Any]] = []
+        self.references: list[Detections] = []
+        self.actuals: list[Detections] = []
+
+    def add_raw(self, name: str, reference: np.ndarray, actual: np.ndarray) -> float:
+        """Record one raw output of a batch; returns its max abs error."""
+        err = raw_errors(reference, actual)
+        for key, value in err.items():
+            self.raw_outputs[name][key] = max(self.raw_outputs[name][key], value)
+        return err["max_abs_error"]
+
+    def add_detections(
+        self, references: list[Detections], actuals: list[Detections], **match_settings: Any
+    ) -> None:
+        """Match a batch's detections image by image (``match_settings``: :func:`match_detections`'s)."""
+        for ref, got in zip(references, actuals, strict=True):
+            self.references.append(ref)
+            self.actuals.append(got)
+            self.matches.append(match_detections(ref, got, **match_settings))
+
+    def raw_within(self, raw_rel: float) -> bool:
+        return all(r["max_rel_error"] <= raw_rel for r in self.raw_outputs.values())
+
+    def detections(self) -> dict[str, Any]:
+        return summarize_matches(self.matches)
+
+    def masks(self) -> dict[str, Any]:
+        return mask_errors(self.references, self.actuals, self.matches)

@@ -1,79 +1,54 @@
-"""FP16 graphs for strongly typed TensorRT, and their accuracy against FP32 measured with ONNX Runtime.
+"""FP16 accuracy against FP32 in ONNX Runtime on the CPU, for graphs made by `exporters.fp16_graph`.
 
-TensorRT >= 10.12 deprecates (11 removes) weak typing: the precision has to be in the ONNX graph. The
-conversion here (onnxconverter-common) keeps the graph's inputs and outputs in their original types
-(uint8 images in; float32 / int32 detections out) and keeps these parts in FP32:
-
-- the input preprocessing (cast, normalization, transpose: everything before the first Conv), so
-  the mean/std arithmetic is not rounded before the network sees it;
-- everything downstream of the raw head outputs: box decoding (exp of the size codes), softmax,
-  score comparisons, TopK, NonMaxSuppression and the final gather/scatter, where FP16 rounding would
-  flip threshold decisions and box coordinates;
-- onnxconverter-common's default block list plus the numerically sensitive op types below, wherever
-  they appear.
-
-So only the network body (convolutions, BN folded into them, ReLU, pooling) runs in FP16.
+The FP16 graph (only the network body in FP16, see `exporters.fp16_graph`) is compared with its FP32
+parent on generated batches (raw head errors, output contract, detection agreement) and, with a
+COCO-format split, by COCO AP through `exporters.coco_ap`; the report is an
+:class:`~exporters.reports.Fp16Report`, written into the manifest as ``verification["fp16"]``.
 """
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-from onnx import ModelProto, NodeProto, TensorProto, helper, shape_inference
-from onnxconverter_common import float16
+from onnx import ModelProto
 
 from exporters.artifact import read_artifact, utc_now
-from exporters.coco_ap import coco_metrics
-from exporters.compare import (
-    Detections,
-    contract_problems,
-    mask_errors,
-    match_detections,
-    raw_errors,
-    summarize_matches,
-)
+from exporters.coco_ap import APComparison, evaluate_split
+from exporters.compare import Agreement, Detections, contract_problems
 from exporters.errors import InvalidModelError
-from exporters.onnx_graph import (
-    check,
-    downstream_nodes,
-    ensure_node_names,
-    extract,
-    load_checked,
-    restore_weights_fp32,
-    tensor_elem_types,
-    with_outputs,
+from exporters.fp16_graph import (
+    SENSITIVE_OP_TYPES,
+    convert_to_fp16,
+    fp16_fraction,
+    split_nodes,
+    topological_order,
 )
+from exporters.onnx_graph import load_checked, with_outputs
 from exporters.ort_cpu import contract_names, cpu_session
+from exporters.reports import CocoCheck, ContractCheck, Fp16Report, record_fp16
 from exporters.verify import (
     generated_batches,
     manifest_resize,
     manifest_to_original,
     onnx_detector,
     raw_names_from_manifest,
-    write_manifest,
 )
 from service.manifest import MASK_OUTPUT, Manifest
 
-# Op types that stay FP32 wherever they occur (in addition to onnxconverter-common's defaults).
-SENSITIVE_OP_TYPES: tuple[str, ...] = (
-    "NonMaxSuppression",
-    "TopK",
-    "Softmax",
-    "LogSoftmax",
-    "Exp",
-    "Log",
-    "Sigmoid",
-    "ScatterND",
-    "ScatterElements",
-    "GatherElements",
-    "GatherND",
-    "RoiAlign",
-    "ReduceSum",
-)
+__all__ = [
+    "SENSITIVE_OP_TYPES",
+    "Fp16Tolerances",
+    "compare_fp16",
+    "convert_to_fp16",
+    "fp16_accuracy",
+    "fp16_eval",
+    "fp16_fraction",
+    "fp16_scopes",
+    "split_nodes",
+    "topological_order",
+]
 
 
 @dataclass(frozen=True)
@@ -86,208 +61,9 @@ class Fp16Tolerances:
     ap: float = 0.002
 
 
-def split_nodes(
-    model: ModelProto, input_name: str, raw_outputs: list[str], scopes: tuple[str, ...] = ()
-) -> tuple[list[int], list[int], list[int]]:
-    """Indices of the (preprocess, network, postprocess) nodes, each in graph order.
-
-    Preprocess: nodes fed by the input before the first Conv. Network: the remaining ancestors of the
-    raw head outputs, plus the nodes whose names start with one of ``scopes`` (module scopes of network
-    layers that run after the raw outputs: a two-stage detector's RoI heads). Postprocess: everything
-    else (box decoding, scores, NMS, padding).
-    """
-    pre_names = set(downstream_nodes(model, [input_name], stop_op_types=frozenset({"Conv"})))
-    producer = {out: i for i, node in enumerate(model.graph.node) for out in node.output}
-    ancestors: set[int] = set()
-    stack = [producer[name] for name in raw_outputs if name in producer]
-    while stack:
-        i = stack.pop()
-        if i in ancestors:
-            continue
-        ancestors.add(i)
-        stack.extend(producer[t] for t in model.graph.node[i].input if t in producer)
-    pre, net, post = [], [], []
-    for i, node in enumerate(model.graph.node):
-        if node.name in pre_names:
-            pre.append(i)
-        elif i in ancestors or node.name.startswith(scopes):
-            net.append(i)
-        else:
-            post.append(i)
-    return pre, net, post
-
-
-def convert_to_fp16(
-    model: ModelProto, input_name: str, raw_outputs: list[str], scopes: tuple[str, ...] = ()
-) -> ModelProto:
-    """The FP16 graph (see the module docstring); checked with the ONNX checker.
-
-    ``scopes``: node-name prefixes of network layers after the raw outputs that run in FP16 too
-    (:func:`split_nodes`; the manifest records them as ``export_settings["fp16_scopes"]``).
-
-    Only the network sub-graph goes through onnxconverter-common (``keep_io_types``, so its boundary
-    stays FP32, and the sensitive op types blocked); it is then put back between the FP32
-    preprocessing and post-processing. Converting the whole graph with a node block list instead trips
-    onnxconverter-common 1.16's cast clean-up ("The downstream node of the second cast node should be
-    graph output") on this graph.
-
-    Raises:
-        InvalidModelError: the converted graph fails the checker.
-    """
-    # An artifact exported with float16 weight storage: its weights go back to float32 first (they are
-    # already rounded to float16, so the conversion below stores the same values).
-    source = restore_weights_fp32(model)
-    ensure_node_names(source)
-    nodes = source.graph.node
-    pre, net, post = split_nodes(source, input_name, raw_outputs, scopes)
-    net_set = set(net)
-    produced_by_net = {out for i in net for out in nodes[i].output}
-    graph_inputs = {i.name for i in source.graph.input}
-    initializers = {init.name for init in source.graph.initializer}
-    # The sub-graph's inputs: tensors network nodes read that are neither its own nor initializers.
-    sub_inputs = sorted(
-        {t for i in net for t in nodes[i].input if t and t not in produced_by_net and t not in initializers}
-    )
-    # Its outputs: the raw heads plus any network tensor something outside the network reads.
-    outside_reads = {t for i, n in enumerate(nodes) if i not in net_set for t in n.input}
-    graph_outputs = {o.name for o in source.graph.output}
-    sub_outputs = [
-        *raw_outputs,
-        *sorted((produced_by_net & (outside_reads | graph_outputs)) - set(raw_outputs)),
-    ]
-    # keep_io_types casts each sub-graph output back to FP32 under its own name, so a network node that
-    # also reads it (Mask R-CNN's RPN head reads the FPN outputs) would get FP32 next to FP16 weights:
-    # the network keeps an inner copy, and an Identity publishes it under the output's name.
-    net_reads = {t for i in net for t in nodes[i].input}
-    twins = [t for t in sub_outputs if t in net_reads]
-    if twins:
-        _publish(source, [nodes[i].name for i in net], twins)
-        nodes = source.graph.node
-        pre, net, post = split_nodes(source, input_name, raw_outputs, scopes)
-        publishers = {f"{t}/fp16_publish" for t in twins}
-        net = sorted({*net, *(i for i in post if nodes[i].name in publishers)})
-        post = [i for i in post if nodes[i].name not in publishers]
-        net_set = set(net)
-        produced_by_net = {out for i in net for out in nodes[i].output}
-        sub_inputs = sorted(
-            {
-                t
-                for i in net
-                for t in nodes[i].input
-                if t and t not in produced_by_net and t not in initializers
-            }
-        )
-    missing = [
-        t for t in sub_inputs if t not in graph_inputs and not any(t in nodes[i].output for i in pre + post)
-    ]
-    if missing:
-        raise InvalidModelError(f"cannot isolate the network sub-graph: inputs {missing} have no producer")
-    sub = extract(source, sub_inputs, sub_outputs)
-    with warnings.catch_warnings():
-        # onnxconverter-common warns once per initializer whose values it clamps to FP16's range
-        # (tiny weights flushed to 1e-7); that clamping is the intended behaviour of the conversion.
-        warnings.filterwarnings("ignore", category=UserWarning, module=r"onnxconverter_common\.")
-        sub16 = float16.convert_float_to_float16(
-            sub, keep_io_types=True, op_block_list=[*float16.DEFAULT_OP_BLOCK_LIST, *SENSITIVE_OP_TYPES]
-        )
-    if not isinstance(sub16, ModelProto):
-        raise InvalidModelError(f"float16 conversion returned {type(sub16).__name__}")
-    # Initializers and node names of the converted network get a prefix: FP16 copies must not collide
-    # with FP32 initializers of the same name that the pre/post-processing share.
-    renamed = {init.name: f"fp16/{init.name}" for init in sub16.graph.initializer}
-    for init in sub16.graph.initializer:
-        init.name = renamed[init.name]
-    for node in sub16.graph.node:
-        node.name = f"fp16/{node.name}"
-        for j, name in enumerate(node.input):
-            if name in renamed:
-                node.input[j] = renamed[name]
-
-    converted = ModelProto()
-    converted.CopyFrom(source)
-    graph = converted.graph
-    del graph.node[:]
-    available = {i.name for i in source.graph.input} | {init.name for init in source.graph.initializer}
-    available |= {init.name for init in sub16.graph.initializer}
-    # With scopes, network layers also sit between post-processing nodes: restore a topological order.
-    graph.node.extend(
-        topological_order([*(nodes[i] for i in pre), *sub16.graph.node, *(nodes[i] for i in post)], available)
-    )
-    still_used = {t for n in graph.node for t in n.input}
-    keep_inits = [init for init in source.graph.initializer if init.name in still_used]
-    del graph.initializer[:]
-    graph.initializer.extend(keep_inits)
-    graph.initializer.extend(sub16.graph.initializer)
-    del graph.value_info[:]  # stale types of the network's tensors; shape inference recomputes them
-    converted = shape_inference.infer_shapes(converted)
-    check(converted, "the FP16 graph")
-    return converted
-
-
-def _publish(model: ModelProto, network_nodes: list[str], names: list[str]) -> None:
-    """Rename each tensor in ``names`` to ``<name>/fp16_inner`` for the ``network_nodes`` that produce or
-    read it, and insert ``Identity(<name>/fp16_inner) -> <name>`` right after its producer (in place)."""
-    nodes = model.graph.node
-    members = set(network_nodes)
-    for name in names:
-        inner = f"{name}/fp16_inner"
-        producer = None
-        for index, node in enumerate(nodes):
-            if node.name not in members:
-                continue
-            for j, tensor in enumerate(node.input):
-                if tensor == name:
-                    node.input[j] = inner
-            for j, tensor in enumerate(node.output):
-                if tensor == name:
-                    node.output[j] = inner
-                    producer = index
-        if producer is None:
-            raise InvalidModelError(f"no network node produces {name!r}")
-        nodes.insert(producer + 1, helper.make_node("Identity", [inner], [name], name=f"{name}/fp16_publish"))
-
-
-def topological_order(nodes: list[NodeProto], available: set[str]) -> list[NodeProto]:
-    """``nodes`` reordered so every node follows the producers of its inputs (stable otherwise).
-
-    ``available``: tensors present before any node runs (graph inputs, initializers). Raises
-    InvalidModelError if some node's input is never produced (a cycle or a missing producer).
-    """
-    ready = set(available) | {""}
-    pending = list(nodes)
-    ordered: list[NodeProto] = []
-    while pending:
-        still: list[NodeProto] = []
-        for node in pending:
-            if all(name in ready for name in node.input):
-                ordered.append(node)
-                ready.update(node.output)
-            else:
-                still.append(node)
-        if len(still) == len(pending):
-            missing = sorted({n for node in still for n in node.input if n not in ready})[:5]
-            raise InvalidModelError(f"cannot order the FP16 graph: inputs {missing} are never produced")
-        pending = still
-    return ordered
-
-
 def fp16_scopes(manifest: Manifest) -> tuple[str, ...]:
     """The artifact's FP16 scopes (see :func:`split_nodes`), empty for single-stage detectors."""
     return tuple(str(s) for s in manifest.provenance.export_settings.get("fp16_scopes", ()))
-
-
-def fp16_fraction(model: ModelProto) -> dict[str, Any]:
-    """How much of the graph is FP16: Conv nodes with FP16 weights, and FP16 initializer bytes."""
-    types = tensor_elem_types(model)
-    convs = [n for n in model.graph.node if n.op_type == "Conv"]
-    conv_fp16 = sum(types.get(n.input[1]) == TensorProto.FLOAT16 for n in convs)
-    fp16_bytes = sum(len(i.raw_data) for i in model.graph.initializer if i.data_type == TensorProto.FLOAT16)
-    all_bytes = sum(len(i.raw_data) for i in model.graph.initializer) or 1
-    return {
-        "conv_fp16": int(conv_fp16),
-        "conv_total": len(convs),
-        "fp16_weight_bytes_fraction": fp16_bytes / all_bytes,
-    }
 
 
 def io_types(model: ModelProto) -> dict[str, int]:
@@ -304,58 +80,45 @@ def compare_fp16(
     iou_threshold: float,
     max_detections: int,
     tolerances: Fp16Tolerances | None = None,
-) -> dict[str, Any]:
+) -> Fp16Report:
     """FP16 vs FP32 on the CPU (ONNX Runtime): raw head errors, contract, detection agreement."""
     tol = tolerances or Fp16Tolerances()
+    types32, types16 = io_types(fp32), io_types(fp16)
     problems = [
-        f"{name}: FP32 type {t}, FP16 type {io_types(fp16).get(name)}"
-        for name, t in io_types(fp32).items()
-        if io_types(fp16).get(name) != t
+        f"{name}: FP32 type {t}, FP16 type {types16.get(name)}"
+        for name, t in types32.items()
+        if types16.get(name) != t
     ]
     sess32 = cpu_session(with_outputs(fp32, raw_outputs))
     sess16 = cpu_session(with_outputs(fp16, raw_outputs))
     contract = contract_names(sess32)
     names = [*contract, *raw_outputs]
-    raw_report = {n: {"max_abs_error": 0.0, "max_rel_error": 0.0} for n in raw_outputs}
-    matches = []
-    references: list[Detections] = []
-    actuals: list[Detections] = []
+    agreement = Agreement(raw_outputs)
     for batch in batches:
         out32 = dict(zip(names, sess32.run(names, {"images": batch}), strict=True))
         out16 = dict(zip(names, sess16.run(names, {"images": batch}), strict=True))
         for name in raw_outputs:
-            err = raw_errors(out32[name], out16[name].astype(np.float32))
-            for key in err:
-                raw_report[name][key] = max(raw_report[name][key], err[key])
+            agreement.add_raw(name, out32[name], out16[name].astype(np.float32))
         problems += contract_problems({n: out16[n] for n in contract}, len(batch), max_detections)
-        for ref, got in zip(Detections.from_contract(out32), Detections.from_contract(out16), strict=True):
-            references.append(ref)
-            actuals.append(got)
-            matches.append(
-                match_detections(
-                    ref,
-                    got,
-                    box_tol=tol.box,
-                    score_tol=tol.score,
-                    score_threshold=score_threshold,
-                    iou_threshold=iou_threshold,
-                    max_detections=max_detections,
-                )
-            )
-    detections = summarize_matches(matches)
-    raw_ok = all(r["max_rel_error"] <= tol.raw_rel for r in raw_report.values())
-    return {
-        "passed": raw_ok and not problems,
-        "runtime": "onnxruntime CPUExecutionProvider (FP16 kernels where it has them)",
-        "batch_sizes": [int(b.shape[0]) for b in batches],
-        "tolerances": asdict(tol),
-        "raw_outputs": raw_report,
-        "contract": {"passed": not problems, "problems": problems},
-        # Informational: FP16 legitimately reorders near-equal scores; accuracy is judged by AP.
-        "detections_vs_fp32": detections,
-        **({"masks_vs_fp32": mask_errors(references, actuals, matches)} if MASK_OUTPUT in contract else {}),
-        "fp16_share": fp16_fraction(fp16),
-    }
+        agreement.add_detections(
+            Detections.from_contract(out32),
+            Detections.from_contract(out16),
+            box_tol=tol.box,
+            score_tol=tol.score,
+            score_threshold=score_threshold,
+            iou_threshold=iou_threshold,
+            max_detections=max_detections,
+        )
+    return Fp16Report(
+        passed=agreement.raw_within(tol.raw_rel) and not problems,
+        batch_sizes=[int(b.shape[0]) for b in batches],
+        tolerances=asdict(tol),
+        raw_outputs=agreement.raw_outputs,
+        contract=ContractCheck(problems),
+        detections_vs_fp32=agreement.detections(),
+        masks_vs_fp32=agreement.masks() if MASK_OUTPUT in contract else None,
+        fp16_share=fp16_fraction(fp16),
+    )
 
 
 def fp16_accuracy(
@@ -367,15 +130,14 @@ def fp16_accuracy(
     max_images: int | None = None,
     batch_size: int = 8,
     tolerances: Fp16Tolerances | None = None,
-) -> dict[str, Any]:
+) -> Fp16Report:
     """FP16 vs FP32 in ONNX Runtime on the CPU: generated images always, COCO AP when ``data`` is given."""
     tol = tolerances or Fp16Tolerances()
-    raw = raw_names_from_manifest(manifest)
     resize = manifest_resize(manifest)
     report = compare_fp16(
         fp32,
         fp16,
-        raw,
+        raw_names_from_manifest(manifest),
         generated_batches(resize),
         score_threshold=manifest.score_threshold,
         iou_threshold=manifest.iou_threshold,
@@ -386,41 +148,19 @@ def fp16_accuracy(
         from training.train import default_split
 
         split = split or default_split(data, "val")
-        categories = [{"id": label.coco_id, "name": label.name} for label in manifest.labels]
-        metrics = coco_metrics(
+        evaluators = evaluate_split(
             {"fp32": onnx_detector(cpu_session(fp32)), "fp16": onnx_detector(cpu_session(fp16))},
             root=data,
             split=split,
-            categories=categories,
+            categories=[{"id": label.coco_id, "name": label.name} for label in manifest.labels],
             resize=resize,
             batch_size=batch_size,
             max_images=max_images,
             to_original=manifest_to_original(manifest),
         )
-        stats = {name: m["bbox"] for name, m in metrics.items()}
-        delta = stats["fp16"]["AP"] - stats["fp32"]["AP"]
-        report["coco"] = {
-            "dataset": str(data),
-            "split": split,
-            "max_images": max_images,
-            "fp32_ap": stats["fp32"]["AP"],
-            "fp16_ap": stats["fp16"]["AP"],
-            "ap_delta": delta,
-            "fp32": stats["fp32"],
-            "fp16": stats["fp16"],
-        }
-        report["passed"] = report["passed"] and abs(delta) <= tol.ap
-        if manifest.has_masks:  # mask AP, the masks pasted into the original images
-            segm = {name: m.get("segm", dict.fromkeys(("AP",), 0.0)) for name, m in metrics.items()}
-            segm_delta = segm["fp16"]["AP"] - segm["fp32"]["AP"]
-            report["coco"] |= {
-                "fp32_mask_ap": segm["fp32"]["AP"],
-                "fp16_mask_ap": segm["fp16"]["AP"],
-                "mask_ap_delta": segm_delta,
-                "fp32_segm": segm["fp32"],
-                "fp16_segm": segm["fp16"],
-            }
-            report["passed"] = report["passed"] and abs(segm_delta) <= tol.ap
+        ap = APComparison.of(evaluators, "fp32", "fp16", masks=manifest.has_masks)
+        report.coco = CocoCheck(str(data), split, max_images, ap)
+        report.passed = report.passed and ap.within(tol.ap)
     return report
 
 
@@ -431,7 +171,7 @@ def fp16_eval(
     split: str | None = None,
     max_images: int | None = None,
     write: bool = True,
-) -> dict[str, Any]:
+) -> Fp16Report:
     """``detect-export fp16-eval``: FP16 vs FP32 accuracy of an FP32 ONNX artifact on the CPU.
 
     The FP16 graph is ``fp16_path`` (e.g. a ``trt`` output's ``model.fp16.onnx``) or converted here.
@@ -451,11 +191,8 @@ def fp16_eval(
         else convert_to_fp16(fp32, manifest.input.name, raw, fp16_scopes(manifest))
     )
     report = fp16_accuracy(fp32, fp16, manifest, data, split, max_images)
-    report["fp16_graph"] = str(fp16_path) if fp16_path is not None else "converted from the artifact"
-    report["checked_at"] = utc_now()
+    report.fp16_graph = str(fp16_path) if fp16_path is not None else "converted from the artifact"
+    report.checked_at = utc_now()
     if write:
-        write_manifest(
-            manifest.model_copy(update={"verification": {**manifest.verification, "fp16": report}}),
-            artifact_dir,
-        )
+        record_fp16(manifest, artifact_dir, report)
     return report

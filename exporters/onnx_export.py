@@ -263,7 +263,7 @@ def export_onnx(request: OnnxExportRequest) -> Manifest:
     if request.verify:
         verification = verify_model(
             artifact_model, wrapper, settings, raw_names, tolerances=tolerances_for(request.weight_storage)
-        )
+        ).to_dict()
         if not verification["passed"]:
             raise VerificationError(
                 f"exported graph does not match eager PyTorch: {verification['summary']} "

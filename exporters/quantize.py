@@ -39,6 +39,7 @@ from typing import Any, Literal
 import onnx
 
 from exporters.artifact import read_artifact, staged_directory, tool_versions, utc_now
+from exporters.coco_ap import APComparison
 from exporters.errors import ExportError, InvalidModelError, VerificationError
 from exporters.manifests import derived_manifest
 from exporters.nncf_int8 import (
@@ -143,21 +144,21 @@ def _ap(metrics: dict[str, Any], iou_type: str) -> float | None:
 def accuracy_record(
     variant: dict[str, Any], parent: dict[str, Any], request: QuantizeRequest, runtime: str
 ) -> Accuracy:
-    box, parent_box = _ap(variant, "bbox"), _ap(parent, "bbox")
-    mask, parent_mask = _ap(variant, "segm"), _ap(parent, "segm")
-    assert box is not None and parent_box is not None
+    ap = APComparison(
+        "parent", "variant", parent["bbox"], variant["bbox"], parent.get("segm"), variant.get("segm")
+    )
     return Accuracy(
         dataset=request.dataset_description or request.data,
         split=str(variant["split"]),
         images=int(variant["images"]),
         annotations_sha256=str(variant["annotations_sha256"]),
         runtime=runtime,
-        box_ap=box,
-        mask_ap=mask,
-        parent_box_ap=parent_box,
-        parent_mask_ap=parent_mask,
-        box_ap_delta=box - parent_box,
-        mask_ap_delta=None if mask is None or parent_mask is None else mask - parent_mask,
+        box_ap=float(ap.candidate["AP"]),
+        mask_ap=_ap(variant, "segm"),
+        parent_box_ap=float(ap.reference["AP"]),
+        parent_mask_ap=_ap(parent, "segm"),
+        box_ap_delta=ap.ap_delta,
+        mask_ap_delta=ap.mask_ap_delta,
         max_ap_drop=request.max_ap_drop if request.gate else None,
         measured_at=utc_now(),
     )

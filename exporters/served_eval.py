@@ -9,14 +9,13 @@ figure ``/detect`` gives, not one of a look-alike path.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
-from exporters.coco_ap import ToOriginal
+from exporters.coco_ap import Batch, EvalImage, evaluate
 from exporters.compare import Detections
 from service.backends import create_backend
 from service.decoding import decode_image
@@ -24,6 +23,7 @@ from service.imaging import BoxTransform, resize_for_network
 from service.manifest import Manifest
 from service.repository import ModelEntry
 from service.settings import Settings
+from training.checkpoint import sha256_file as file_sha256
 
 
 class Runner(Protocol):
@@ -39,14 +39,6 @@ class Runner(Protocol):
 
 # No request limit applies to a local evaluation; this only bounds a single pathological file.
 _MAX_PIXELS = 200_000_000
-
-
-def file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def served_batches(
@@ -65,11 +57,16 @@ def served_batches(
         yield np.stack(images), [image_id for image_id, _ in chunk], transforms
 
 
-def _to_original(transform: BoxTransform) -> ToOriginal:
-    def to_original(boxes: np.ndarray, _size: tuple[int, int]) -> np.ndarray:
-        return transform.boxes_to_original(boxes)
-
-    return to_original
+def _evaluated(batches: Iterator[tuple[np.ndarray, list[int], list[BoxTransform]]]) -> Iterator[Batch]:
+    """:func:`served_batches` as `exporters.coco_ap.evaluate` takes them."""
+    for images, image_ids, transforms in batches:
+        yield (
+            images,
+            [
+                EvalImage(i, (tf.original_height, tf.original_width), tf.boxes_to_original)
+                for i, tf in zip(image_ids, transforms, strict=True)
+            ],
+        )
 
 
 def served_display_threshold(evaluator: Any, data: str, split: str) -> dict[str, Any] | None:
@@ -102,8 +99,6 @@ def served_metrics(
     ``manifest`` overrides the folder's; ``runtime`` replaces the service's backend (e.g. one a test built
     itself); it is closed afterwards.
     """
-    from exporters.coco_ap import _results
-    from training.coco_eval import CocoEvaluator
     from training.data.coco import load_coco, resolve_split
     from training.train import default_split
 
@@ -120,19 +115,15 @@ def served_metrics(
     if runtime is None:
         settings = Settings(backend=backend, intra_op_threads=threads)  # type: ignore[arg-type]
         runtime = create_backend(ModelEntry(manifest.name, manifest.version, version_dir, manifest), settings)
-    evaluator = CocoEvaluator(coco_gt, iou_types=None)
+    served: Runner = runtime
+    batches = _evaluated(served_batches(manifest, Path(images_dir), files, batch_size))
     try:
-        for images, image_ids, transforms in served_batches(manifest, Path(images_dir), files, batch_size):
-            results: list[dict[str, Any]] = []
-            per_image = Detections.from_contract(runtime.infer(images))
-            for dets, image_id, tf in zip(per_image, image_ids, transforms, strict=True):
-                size = (tf.original_height, tf.original_width)
-                results.extend(_results(dets, image_id, size, category_ids, _to_original(tf)))
-            evaluator.update(results, image_ids)
-        description = runtime.description
+        detector = {"served": lambda images: Detections.from_contract(served.infer(images))}
+        evaluator = evaluate(detector, batches, coco_gt, category_ids)["served"]
+        description = served.description
     finally:
-        runtime.close()
-    metrics: dict[str, Any] = dict(evaluator.accumulate_and_summarize(verbose=False))
+        served.close()
+    metrics: dict[str, Any] = dict(evaluator.stats)
     metrics["display_threshold"] = served_display_threshold(evaluator, data, split)
     metrics |= {
         "images": len(ids),

@@ -119,7 +119,7 @@ def export_tensorrt(request: TensorRTExportRequest) -> Manifest:
     config = BuildConfig.for_artifact(manifest, request)
     config.validate(fp32)
     fp16, ops = _fp16_graph(fp32, manifest)
-    accuracy = fp16_accuracy(fp32, fp16, manifest, request.data, request.split, request.max_images)
+    accuracy = fp16_accuracy(fp32, fp16, manifest, request.data, request.split, request.max_images).to_dict()
     if not accuracy["passed"] and request.verify:
         raise VerificationError(
             f"FP16 is out of tolerance against FP32: {_accuracy_summary(accuracy)} "

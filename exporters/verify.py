@@ -9,13 +9,11 @@ Checked on at least two batches of different sizes and content (1 and 3 images b
   one-to-one (``exporters.compare``);
 - with a COCO-format dataset, COCO AP of both through the same pycocotools evaluation.
 
-The report is a plain dict stored in ``manifest.verification``.
+The report is a :class:`~exporters.reports.VerificationReport`, stored in ``manifest.verification``.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -25,31 +23,25 @@ import onnxruntime as ort
 from onnx import ModelProto
 
 from exporters.artifact import read_artifact, utc_now
-from exporters.coco_ap import (
-    Detector,
-    Resize,
-    ToOriginal,
-    coco_evaluators,
-    stretch_resize,
-    stretch_to_original,
-)
-from exporters.compare import (
-    Detections,
-    contract_problems,
-    mask_errors,
-    match_detections,
-    raw_errors,
-    summarize_matches,
-)
+from exporters.coco_ap import APComparison, Detector, Resize, ToOriginal, evaluate_split
+from exporters.compare import Agreement, Detections, contract_problems
 from exporters.errors import ExportError, InvalidModelError
 from exporters.onnx_graph import load_checked, with_outputs
 from exporters.ort_cpu import cpu_session, run_contract
 from exporters.postprocess_graph import PostprocessSettings
+from exporters.reports import (
+    CocoCheck,
+    ContractCheck,
+    VerificationReport,
+    record_display_threshold,
+    record_verification,
+)
 from exporters.served_eval import served_display_threshold
 from exporters.wrappers import ExportWrapper, get_wrapper
-from service.manifest import MANIFEST_FILE, Manifest
+from service.geometry import letterbox_geometry, stretch_to_original
+from service.imaging import resize_for_network
+from service.manifest import Manifest
 from training.checkpoint import load_checkpoint, sha256_file
-from training.data.letterbox import letterbox_geometry, letterbox_resize
 
 
 @dataclass(frozen=True)
@@ -112,12 +104,8 @@ def generated_batches(resize: Resize, sizes: tuple[int, ...] = (1, 3), seed: int
 
 
 def manifest_resize(manifest: Manifest) -> Resize:
-    """Training's resize to the artifact's input size, in the manifest's mode (stretch or letterbox)."""
-    spec = manifest.input
-    height, width = spec.height, spec.width
-    if spec.resize == "letterbox":
-        return lambda image: letterbox_resize(image, width, height, spec.pad_value)[0]
-    return lambda image: stretch_resize(image, height, width)
+    """The artifact's input resize (`service.geometry`: the service's, and training's), network input only."""
+    return lambda image: resize_for_network(image, manifest.input)[0]
 
 
 def manifest_to_original(manifest: Manifest) -> ToOriginal:
@@ -128,10 +116,6 @@ def manifest_to_original(manifest: Manifest) -> ToOriginal:
     return stretch_to_original
 
 
-def _runtime_name() -> str:
-    return f"onnxruntime {ort.__version__} CPUExecutionProvider"
-
-
 def verify_model(
     model: ModelProto,
     wrapper: ExportWrapper,
@@ -139,8 +123,8 @@ def verify_model(
     raw_names: list[str],
     batches: list[np.ndarray] | None = None,
     tolerances: Tolerances | None = None,
-) -> dict[str, Any]:
-    """Compare ``model`` (an artifact graph) with eager PyTorch; returns the report (``passed`` + details).
+) -> VerificationReport:
+    """Compare ``model`` (an artifact graph) with eager PyTorch; the report says whether it ``passed``.
 
     ``raw_names`` are the graph's intermediate tensors holding ``wrapper.raw_output_names`` in order.
     """
@@ -152,77 +136,73 @@ def verify_model(
         raise ValueError(
             f"verification needs batches of at least two sizes, got {[b.shape[0] for b in batches]}"
         )
+    agreement = Agreement(raw_names)
+    problems: list[str] = []
+    score_tols: list[float] = []
     session = cpu_session(model)
     raw_session = cpu_session(with_outputs(model, raw_names))
-    raw_report: dict[str, dict[str, float]] = {
-        n: {"max_abs_error": 0.0, "max_rel_error": 0.0} for n in raw_names
-    }
-    problems: list[str] = []
-    matches = []
-    references: list[Detections] = []
-    actuals: list[Detections] = []
-    score_tols: list[float] = []
     for batch in batches:
-        raw_ort = raw_session.run(raw_names, {"images": batch})
         raw_eager = wrapper.raw_outputs(batch)
-        batch_abs = 0.0
-        for name, got, ref in zip(raw_names, raw_ort, raw_eager, strict=True):
-            err = raw_errors(ref.numpy(), got)
-            batch_abs = max(batch_abs, err["max_abs_error"])
-            for key in err:
-                raw_report[name][key] = max(raw_report[name][key], err[key])
+        raw_ort = raw_session.run(raw_names, {"images": batch})
+        batch_abs = max(
+            agreement.add_raw(name, ref.numpy(), got)
+            for name, got, ref in zip(raw_names, raw_ort, raw_eager, strict=True)
+        )
         score_tols.append(max(tol.score, min(tol.score_cap, 2 * batch_abs)))
         outputs = run_contract(session, batch)
         problems += [
             f"batch of {batch.shape[0]}: {p}"
             for p in contract_problems(outputs, len(batch), settings.max_detections)
         ]
-        if problems:
-            continue
-        eager = wrapper.eager_detections(raw_eager, settings)
-        for ref_dets, got_dets in zip(eager, Detections.from_contract(outputs), strict=True):
-            references.append(ref_dets)
-            actuals.append(got_dets)
-            matches.append(
-                match_detections(
-                    ref_dets,
-                    got_dets,
-                    box_tol=tol.box,
-                    score_tol=score_tols[-1],
-                    score_threshold=settings.score_threshold,
-                    iou_threshold=settings.iou_threshold,
-                    max_detections=settings.max_detections,
-                )
+        if not problems:
+            agreement.add_detections(
+                wrapper.eager_detections(raw_eager, settings),
+                Detections.from_contract(outputs),
+                box_tol=tol.box,
+                score_tol=score_tols[-1],
+                score_threshold=settings.score_threshold,
+                iou_threshold=settings.iou_threshold,
+                max_detections=settings.max_detections,
             )
-    detections = summarize_matches(matches)
-    raw_ok = all(r["max_rel_error"] <= tol.raw_rel for r in raw_report.values())
+    return _report(agreement, problems, tol, score_tols, [int(b.shape[0]) for b in batches], wrapper)
+
+
+def _report(
+    agreement: Agreement,
+    problems: list[str],
+    tol: Tolerances,
+    score_tols: list[float],
+    batch_sizes: list[int],
+    wrapper: ExportWrapper,
+) -> VerificationReport:
+    """Judge the accumulated comparison of :func:`verify_model` against ``tol``."""
+    detections = agreement.detections()
     det_ok = not problems and detections["unexplained"] == 0 and detections["reference"] > 0
     summary = (
-        "; ".join(f"{n} rel err {r['max_rel_error']:.2e}" for n, r in raw_report.items())
+        "; ".join(f"{n} rel err {r['max_rel_error']:.2e}" for n, r in agreement.raw_outputs.items())
         + f"; detections {detections['matched']}/{detections['reference']} matched, "
         f"{detections['unexplained']} unexplained" + ("" if not problems else f"; contract: {problems[:3]}")
     )
     if detections["reference"] == 0:
         summary += "; the eager model detected nothing, so detections were not compared"
-    masks: dict[str, Any] = {}
+    masks = None
     if wrapper.mask_size is not None:  # matched detections' masks: probabilities within tolerance
-        masks = mask_errors(references, actuals, matches)
+        masks = agreement.masks()
         det_ok = det_ok and masks["pairs"] > 0 and masks["max_abs_error"] <= tol.mask
         summary += f"; masks max abs err {masks['max_abs_error']:.2e} over {masks['pairs']} pairs"
-    return {
-        "passed": raw_ok and det_ok,
-        "summary": summary,
-        "runtime": _runtime_name(),
-        "reference": "eager PyTorch: training's preprocessing, network, post-processing (export thresholds)",
-        "batch_sizes": [int(b.shape[0]) for b in batches],
-        "tolerances": asdict(tol),
-        "score_tolerances_used": score_tols,
-        "raw_outputs": raw_report,
-        "contract": {"passed": not problems, "problems": problems},
-        "detections": detections,
-        **({"masks": masks} if masks else {}),
-        "checked_at": utc_now(),
-    }
+    return VerificationReport(
+        passed=agreement.raw_within(tol.raw_rel) and det_ok,
+        summary=summary,
+        runtime=f"onnxruntime {ort.__version__} CPUExecutionProvider",
+        batch_sizes=batch_sizes,
+        tolerances=asdict(tol),
+        score_tolerances_used=score_tols,
+        raw_outputs=agreement.raw_outputs,
+        contract=ContractCheck(problems),
+        detections=detections,
+        masks=masks,
+        checked_at=utc_now(),
+    )
 
 
 def eager_detector(wrapper: ExportWrapper, settings: PostprocessSettings) -> Detector:
@@ -271,13 +251,6 @@ def check_same_model(manifest: Manifest, wrapper: ExportWrapper) -> None:
         raise ExportError("the artifact's labels differ from the checkpoint's categories")
 
 
-def write_manifest(manifest: Manifest, directory: Path) -> None:
-    """Replace ``directory/manifest.json`` atomically."""
-    tmp = directory / f".{MANIFEST_FILE}.tmp"
-    tmp.write_text(json.dumps(manifest.model_dump(mode="json"), indent=2) + "\n")
-    os.replace(tmp, directory / MANIFEST_FILE)
-
-
 def verify_artifact(
     artifact_dir: str | Path,
     checkpoint: str | Path,
@@ -287,7 +260,7 @@ def verify_artifact(
     max_images: int | None = None,
     tolerances: Tolerances | None = None,
     write: bool = True,
-) -> dict[str, Any]:
+) -> VerificationReport:
     """``detect-export verify``: the report, also written into the artifact's manifest when ``write``."""
     artifact_dir = Path(artifact_dir)
     manifest, model_path = read_artifact(artifact_dir)
@@ -303,70 +276,53 @@ def verify_artifact(
     check_same_model(manifest, wrapper)
     settings = settings_from_manifest(manifest, wrapper)
     report = verify_model(model, wrapper, settings, raw_names_from_manifest(manifest), tolerances=tol)
-    sha = sha256_file(checkpoint)
-    report["checkpoint_sha256"] = sha
-    report["checkpoint_sha256_matches"] = sha == manifest.provenance.checkpoint_sha256
+    report.checkpoint_sha256 = sha256_file(checkpoint)
+    report.checkpoint_sha256_matches = report.checkpoint_sha256 == manifest.provenance.checkpoint_sha256
     if data is not None:
-        from training.train import default_split
-
-        split = split or default_split(data, "val")
-        evaluators = coco_evaluators(
-            {"eager": eager_detector(wrapper, settings), "onnx": onnx_detector(cpu_session(model))},
-            root=data,
-            split=split,
-            categories=ckpt.categories,
-            resize=wrapper.resize,
-            batch_size=batch_size,
-            max_images=max_images,
-            to_original=wrapper.to_original,
+        _check_coco(
+            report, model, wrapper, settings, ckpt.categories, data, split, batch_size, max_images, tol
         )
-        metrics = {name: ev.stats for name, ev in evaluators.items()}
-        stats = {name: m["bbox"] for name, m in metrics.items()}
-        delta = stats["onnx"]["AP"] - stats["eager"]["AP"]
-        report["coco"] = {
-            "dataset": str(data),
-            "split": split,
-            "max_images": max_images,
-            "eager_ap": stats["eager"]["AP"],
-            "onnx_ap": stats["onnx"]["AP"],
-            "ap_delta": delta,
-            "eager": stats["eager"],
-            "onnx": stats["onnx"],
-        }
-        report["summary"] += f"; COCO AP eager {stats['eager']['AP']:.4f} onnx {stats['onnx']['AP']:.4f}"
-        display = served_display_threshold(evaluators["onnx"], data, split)
-        if display is not None:
-            report["display_threshold"] = display
-            report["summary"] += f"; display threshold {display['threshold']:.4f} (F1 {display['f1']:.3f})"
-        report["passed"] = report["passed"] and abs(delta) <= tol.ap
-        if wrapper.mask_size is not None:  # mask AP of both, through the same pasting and pycocotools
-            segm = {name: m.get("segm", dict.fromkeys(("AP",), 0.0)) for name, m in metrics.items()}
-            segm_delta = segm["onnx"]["AP"] - segm["eager"]["AP"]
-            report["coco"] |= {
-                "eager_mask_ap": segm["eager"]["AP"],
-                "onnx_mask_ap": segm["onnx"]["AP"],
-                "mask_ap_delta": segm_delta,
-                "eager_segm": segm["eager"],
-                "onnx_segm": segm["onnx"],
-            }
-            report["summary"] += f"; mask AP eager {segm['eager']['AP']:.4f} onnx {segm['onnx']['AP']:.4f}"
-            report["passed"] = report["passed"] and abs(segm_delta) <= tol.ap
     if write:
-        update: dict[str, Any] = {"verification": report}
-        if "display_threshold" in report:
-            update["display_score_threshold"] = report["display_threshold"]["threshold"]
-        if "coco" in report:
-            update["metrics"] = {
-                "coco_ap": report["coco"]["onnx_ap"],
-                "dataset": f"{data} ({report['coco']['split']})",
-                "source": "detect-export verify: this artifact in ONNX Runtime",
-                "bbox": report["coco"]["onnx"],
-                **({"segm": report["coco"]["onnx_segm"]} if "onnx_segm" in report["coco"] else {}),
-                **({"checkpoint": manifest.metrics} if manifest.metrics else {}),
-                **({"display_threshold": display} if (display := report.get("display_threshold")) else {}),
-            }
-        write_manifest(manifest.model_copy(update=update), artifact_dir)
+        record_verification(manifest, artifact_dir, report, data)
     return report
+
+
+def _check_coco(
+    report: VerificationReport,
+    model: ModelProto,
+    wrapper: ExportWrapper,
+    settings: PostprocessSettings,
+    categories: list[dict[str, Any]],
+    data: str,
+    split: str | None,
+    batch_size: int,
+    max_images: int | None,
+    tol: Tolerances,
+) -> None:
+    """COCO AP (and mask AP) of eager PyTorch and the graph on a split, and the display threshold, added
+    to ``report``; it passes only if the APs agree within ``tol.ap``."""
+    from training.train import default_split
+
+    split = split or default_split(data, "val")
+    evaluators = evaluate_split(
+        {"eager": eager_detector(wrapper, settings), "onnx": onnx_detector(cpu_session(model))},
+        root=data,
+        split=split,
+        categories=categories,
+        resize=wrapper.resize,
+        batch_size=batch_size,
+        max_images=max_images,
+        to_original=wrapper.to_original,
+    )
+    ap = APComparison.of(evaluators, "eager", "onnx", masks=wrapper.mask_size is not None)
+    report.coco = CocoCheck(str(data), split, max_images, ap)
+    report.summary += f"; COCO AP eager {ap.reference['AP']:.4f} onnx {ap.candidate['AP']:.4f}"
+    report.display_threshold = display = served_display_threshold(evaluators["onnx"], data, split)
+    if display is not None:
+        report.summary += f"; display threshold {display['threshold']:.4f} (F1 {display['f1']:.3f})"
+    if ap.reference_segm is not None and ap.candidate_segm is not None:
+        report.summary += f"; mask AP eager {ap.reference_segm['AP']:.4f} onnx {ap.candidate_segm['AP']:.4f}"
+    report.passed = report.passed and ap.within(tol.ap)
 
 
 def artifact_display_threshold(
@@ -392,9 +348,5 @@ def artifact_display_threshold(
         )
     display["coco_ap"] = measured["bbox"]["AP"]
     if write:
-        metrics = {**manifest.metrics, "display_threshold": display}
-        write_manifest(
-            manifest.model_copy(update={"display_score_threshold": display["threshold"], "metrics": metrics}),
-            artifact_dir,
-        )
+        record_display_threshold(manifest, artifact_dir, display)
     return display

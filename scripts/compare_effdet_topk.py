@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from exporters.artifact import read_artifact
-from exporters.coco_ap import coco_ap
+from exporters.coco_ap import evaluate_split
 from exporters.compare import Detections, match_detections, summarize_matches
 from exporters.ort_cpu import cpu_session
 from exporters.verify import manifest_to_original, onnx_detector
@@ -96,7 +96,7 @@ def main() -> None:
             )
         return got
 
-    stats = coco_ap(
+    evaluators = evaluate_split(
         {
             "effdet": effdet_reference(wrapper, -1.0),
             "effdet_thresholded": thresholded,
@@ -109,6 +109,7 @@ def main() -> None:
         max_images=args.max_images,
         to_original=manifest_to_original(manifest),
     )
+    stats = {name: ev.stats["bbox"] for name, ev in evaluators.items()}
     post = manifest.provenance.export_settings.get("postprocess", {})
     report = {
         "split": split,

@@ -153,14 +153,14 @@ def time_interleaved(
 
 def measure_ap(variants: list[Variant], backends: list[Backend], data: str, max_images: int | None) -> None:
     """COCO AP (and mask AP) of each variant on ``data``'s validation split, through its backend."""
-    from exporters.coco_ap import coco_metrics
+    from exporters.coco_ap import evaluate_split
     from exporters.verify import manifest_to_original
     from training.train import default_split
 
     split = default_split(data, "val")
     for v, backend in zip(variants, backends, strict=True):
         m = backend.manifest
-        metrics = coco_metrics(
+        metrics = evaluate_split(
             {"v": _detector(backend)},
             root=data,
             split=split,
@@ -169,7 +169,7 @@ def measure_ap(variants: list[Variant], backends: list[Backend], data: str, max_
             batch_size=min(8, backend.max_batch_size),
             max_images=max_images,
             to_original=manifest_to_original(m),
-        )["v"]
+        )["v"].stats
         v.ap = metrics["bbox"]["AP"]
         v.mask_ap = metrics["segm"]["AP"] if "segm" in metrics else None
 

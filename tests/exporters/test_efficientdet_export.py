@@ -12,7 +12,7 @@ import torch
 from efficientdet_testkit import make_efficientdet_checkpoint
 from exporters_testkit import ExportedArtifact
 
-from exporters.coco_ap import coco_ap
+from exporters.coco_ap import evaluate_split
 from exporters.compare import Detections, match_detections, summarize_matches
 from exporters.fp16 import Fp16Tolerances, compare_fp16, convert_to_fp16
 from exporters.onnx_export import OnnxExportRequest, export_onnx
@@ -135,7 +135,7 @@ def test_coco_ap_maps_letterboxed_boxes_back_to_the_originals(synthetic_data: Pa
             out.append(Detections(normalized, np.ones(len(anns), dtype=np.float32), classes))
         return out
 
-    stats = coco_ap(
+    evaluators = evaluate_split(
         {"oracle": oracle},
         root=str(synthetic_data),
         split="val",
@@ -144,7 +144,7 @@ def test_coco_ap_maps_letterboxed_boxes_back_to_the_originals(synthetic_data: Pa
         batch_size=2,
         to_original=lambda boxes, size: letterbox_geometry(*size, 96, 96).boxes_to_original(boxes),
     )
-    assert stats["oracle"]["AP"] > 0.99
+    assert evaluators["oracle"].stats["bbox"]["AP"] > 0.99
 
 
 def test_verify_with_data_compares_onnx_and_eager_ap(
@@ -153,9 +153,9 @@ def test_verify_with_data_compares_onnx_and_eager_ap(
     report = verify_artifact(
         effdet_export.directory, effdet_export.checkpoint, data=str(synthetic_data), write=False
     )
-    assert report["passed"], report["summary"]
-    assert abs(report["coco"]["ap_delta"]) <= 1e-3
-    assert report["coco"]["eager"]["AR100"] == pytest.approx(report["coco"]["onnx"]["AR100"], abs=1e-3)
+    assert report.passed, report.summary
+    assert report.coco is not None and abs(report.coco.ap.ap_delta) <= 1e-3
+    assert report.coco.ap.reference["AR100"] == pytest.approx(report.coco.ap.candidate["AR100"], abs=1e-3)
 
 
 def test_fp16_graph_keeps_detections_close(effdet_export: ExportedArtifact) -> None:
@@ -176,8 +176,8 @@ def test_fp16_graph_keeps_detections_close(effdet_export: ExportedArtifact) -> N
         # measures on a trained model.
         tolerances=Fp16Tolerances(raw_rel=3e-2),
     )
-    assert report["passed"], {k: v for k, v in report.items() if k in ("raw_outputs", "contract")}
-    assert report["fp16_share"]["conv_fp16"] == report["fp16_share"]["conv_total"]
+    assert report.passed, (report.raw_outputs, report.contract)
+    assert report.fp16_share["conv_fp16"] == report.fp16_share["conv_total"]
 
 
 @pytest.mark.gpu

@@ -50,11 +50,11 @@ def test_fp16_runs_in_onnxruntime_close_to_fp32(
     report = compare_fp16(
         fp32, fp16, RAW, batches, score_threshold=0.05, iou_threshold=0.5, max_detections=100
     )
-    assert report["passed"] and report["contract"]["problems"] == []
-    assert all(r["max_rel_error"] < 1e-2 for r in report["raw_outputs"].values())
-    dets = report["detections_vs_fp32"]
+    assert report.passed and report.contract.problems == []
+    assert all(r["max_rel_error"] < 1e-2 for r in report.raw_outputs.values())
+    dets = report.detections_vs_fp32
     assert dets["reference"] == 400 and dets["matched"] >= 0.9 * dets["reference"]
-    assert report["fp16_share"]["conv_fp16"] == report["fp16_share"]["conv_total"]
+    assert report.fp16_share["conv_fp16"] == report.fp16_share["conv_total"]
 
 
 def test_fp16_eval_measures_ap_delta_and_records_it(
@@ -62,7 +62,7 @@ def test_fp16_eval_measures_ap_delta_and_records_it(
 ) -> None:
     artifact = copy_artifact(exported, tmp_path)
     report = fp16_eval(artifact, data=str(synthetic_data), split="val")
-    assert report["passed"] and abs(report["coco"]["ap_delta"]) <= 0.002
+    assert report.passed and report.coco is not None and abs(report.coco.ap.ap_delta) <= 0.002
     manifest = Manifest.read(artifact)
-    assert manifest.verification["fp16"]["coco"]["ap_delta"] == report["coco"]["ap_delta"]
+    assert manifest.verification["fp16"] == report.to_dict()
     assert manifest.verification["passed"]  # the original verification is kept beside it

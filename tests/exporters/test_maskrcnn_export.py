@@ -98,10 +98,10 @@ def test_every_op_is_tensorrt_supported_and_fp16_keeps_the_contract(mask_artifac
         iou_threshold=manifest.iou_threshold,
         max_detections=manifest.max_detections,
     )
-    assert report["contract"]["passed"], report["contract"]
-    assert report["masks_vs_fp32"]["pairs"] > 0
+    assert report.contract.passed, report.contract
+    assert report.masks_vs_fp32 is not None and report.masks_vs_fp32["pairs"] > 0
     # the backbone, FPN and RPN head and the RoI heads' layers (fp16_scopes) all run in FP16
-    share = report["fp16_share"]
+    share = report.fp16_share
     assert share["conv_fp16"] == share["conv_total"], share
 
 
@@ -177,7 +177,8 @@ def test_coco_verification_and_bench_cover_masks(
     mask_artifact: Path, mask_checkpoint: Path, synthetic_data: Path, tmp_path: Path
 ) -> None:
     report = verify_artifact(mask_artifact, mask_checkpoint, data=str(synthetic_data), write=False)
-    coco = report["coco"]
+    assert report.coco is not None
+    coco = report.coco.to_dict()
     assert abs(coco["ap_delta"]) <= 1e-3 and abs(coco["mask_ap_delta"]) <= 1e-3
     assert set(coco["onnx_segm"]) >= {"AP", "AP50"}
     import argparse

@@ -22,15 +22,17 @@ def test_verify_with_data_compares_coco_ap_and_records_it(
     report = verify_artifact(
         artifact, exported.checkpoint, data=str(synthetic_data), split="val", batch_size=2
     )
-    assert report["passed"], report["summary"]
-    assert report["batch_sizes"] == [1, 3] and report["checkpoint_sha256_matches"]
-    assert all(r["max_rel_error"] < 1e-4 for r in report["raw_outputs"].values())
-    coco = report["coco"]
+    assert report.passed, report.summary
+    assert report.batch_sizes == [1, 3] and report.checkpoint_sha256_matches
+    assert all(r["max_rel_error"] < 1e-4 for r in report.raw_outputs.values())
+    assert report.coco is not None
+    coco = report.coco.to_dict()
     assert coco["split"] == "val" and abs(coco["ap_delta"]) <= 1e-3
     assert coco["eager"]["AP"] == pytest.approx(coco["onnx"]["AP"], abs=1e-3)
     manifest = Manifest.read(artifact)
-    assert manifest.verification == report
-    display = report["display_threshold"]  # F1-optimal on the same split, from the ONNX detections
+    assert manifest.verification == report.to_dict()
+    display = report.display_threshold  # F1-optimal on the same split, from the ONNX detections
+    assert display is not None
     assert manifest.display_score_threshold == display["threshold"] and 0 < display["threshold"] <= 1
     assert manifest.metrics["display_threshold"] == display and display["ground_truth"] > 0
     assert (

@@ -43,8 +43,8 @@ def test_export_with_float16_storage_verifies(tiny_checkpoint: Path, tmp_path: P
     assert manifest.provenance.export_settings["weight_storage"] == "float16"
     assert manifest.precision == "fp32"  # compute precision
     report = verify_artifact(out, tiny_checkpoint, write=False)
-    assert report["passed"] is True
-    assert report["tolerances"]["raw_rel"] == 1e-2
+    assert report.passed is True
+    assert report.tolerances["raw_rel"] == 1e-2
 
 
 def test_restore_weights_fp32_undoes_the_storage_exactly(exported: ExportedArtifact) -> None:

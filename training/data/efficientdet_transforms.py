@@ -22,12 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import cv2
 import numpy as np
 import torch
 from numpy.typing import NDArray
 from torch import Tensor
 
+from service.geometry import resize
 from training.data.letterbox import letterbox_resize, mean_pad_value
 from training.data.ssd_transforms import IMAGENET_MEAN, normalize_to_tensor
 
@@ -75,11 +75,7 @@ def random_scale_crop(height: int, width: int, size: int, factor: float, u_y: fl
 
 
 def _resize(image: NDArray[np.uint8], width: int, height: int) -> NDArray[np.uint8]:
-    h, w = image.shape[:2]
-    if (w, h) == (width, height):
-        return image
-    interp = cv2.INTER_AREA if (w > width or h > height) else cv2.INTER_LINEAR
-    return np.asarray(cv2.resize(image, (width, height), interpolation=interp), dtype=np.uint8)
+    return np.asarray(resize(image, width, height), dtype=np.uint8)
 
 
 def _output(target: dict[str, Any], boxes: NDArray[np.float32], labels: NDArray[np.int64]) -> dict[str, Any]:

@@ -27,13 +27,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import cv2
 import numpy as np
 import torch
 from numpy.typing import NDArray
 from torch import Tensor
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, Sampler
 
+from service.geometry import resize
 from training.data.coco import CocoDetection
 from training.data.letterbox import Letterbox, letterbox_geometry, letterbox_resize
 from training.data.loaders import _epoch_seed
@@ -45,11 +45,7 @@ DEFAULT_JITTER = (0.8, 1.2)
 
 def resize_image(image: NDArray[np.uint8], height: int, width: int) -> NDArray[np.uint8]:
     """Resize to ``height x width`` with the letterbox's rule (area when shrinking, else bilinear)."""
-    h, w = image.shape[:2]
-    if (h, w) == (height, width):
-        return image
-    interp = cv2.INTER_AREA if (w > width or h > height) else cv2.INTER_LINEAR
-    return np.asarray(cv2.resize(image, (width, height), interpolation=interp), dtype=np.uint8)
+    return np.asarray(resize(image, width, height), dtype=np.uint8)
 
 
 def resize_masks(masks: NDArray[np.uint8], height: int, width: int) -> NDArray[np.uint8]:

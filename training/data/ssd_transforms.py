@@ -22,6 +22,8 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor
 
+from service.geometry import resize
+
 __all__ = [
     "IMAGENET_MEAN",
     "IMAGENET_STD",
@@ -72,11 +74,10 @@ def color_twist_matrix(
 def resize_image(image: NDArray[Any], size: int) -> NDArray[Any]:
     """Resize to ``size x size`` ignoring the aspect ratio.
 
-    Area filtering when shrinking approximates DALI's antialiased linear resize; linear when enlarging.
+    `service.geometry`'s rule: area filtering when shrinking approximates DALI's antialiased linear
+    resize; linear when enlarging.
     """
-    height, width = image.shape[:2]
-    interp = cv2.INTER_AREA if (width > size or height > size) else cv2.INTER_LINEAR
-    return cv2.resize(image, (size, size), interpolation=interp)
+    return resize(image, size, size)
 
 
 def normalize_to_tensor(image: NDArray[Any]) -> Tensor:

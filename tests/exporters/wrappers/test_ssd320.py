@@ -12,7 +12,7 @@ import onnx
 import pytest
 from exporters_testkit import CATEGORIES, ExportedArtifact, make_ssd320_checkpoint
 
-from exporters.coco_ap import coco_ap
+from exporters.coco_ap import APComparison, evaluate_split
 from exporters.compare import Detections, match_detections
 from exporters.fp16 import convert_to_fp16, fp16_eval
 from exporters.onnx_export import OnnxExportRequest, export_onnx
@@ -137,15 +137,16 @@ def test_coco_ap_of_eager_onnx_and_fp16_agree(
         "eager": eager_detector(wrapper, settings),
         "onnx": onnx_detector(cpu_session(ssd320.model_path)),
     }
-    stats = coco_ap(
+    evaluators = evaluate_split(
         detectors, root=str(synthetic_data), split="val", categories=ckpt.categories, resize=wrapper.resize
     )
-    assert {"AP", "AP50"} <= set(stats["eager"]) and abs(stats["onnx"]["AP"] - stats["eager"]["AP"]) <= 1e-3
+    ap = APComparison.of(evaluators, "eager", "onnx")
+    assert {"AP", "AP50"} <= set(ap.reference) and ap.within(1e-3)
     artifact = tmp_path / "models" / "ssd320-tiny" / "1"
     shutil.copytree(ssd320.directory, artifact)
     fp16 = fp16_eval(artifact, fp16_graph, str(synthetic_data), None, None, write=False)
-    assert fp16["passed"] and abs(fp16["coco"]["ap_delta"]) <= 0.002
-    assert all(r["max_rel_error"] <= 1e-2 for r in fp16["raw_outputs"].values())
+    assert fp16.passed and fp16.coco is not None and abs(fp16.coco.ap.ap_delta) <= 0.002
+    assert all(r["max_rel_error"] <= 1e-2 for r in fp16.raw_outputs.values())
 
 
 def test_fp32_and_fp16_graphs_use_only_tensorrt_ops(ssd320: ExportedArtifact, fp16_graph: Path) -> None:
