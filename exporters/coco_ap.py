@@ -34,11 +34,11 @@ def stretch_to_original(boxes: np.ndarray, size: tuple[int, int]) -> np.ndarray:
 
 def stretch_resize(image: np.ndarray, height: int, width: int) -> np.ndarray:
     """Resize ignoring the aspect ratio with training's rule (area filter when shrinking, else linear);
-    for a square input this is exactly ``training.data.ssd_transforms.resize_image``."""
+    for a square input this is exactly ``training.detectors.ssd300.transforms.resize_image``."""
     import cv2
 
     if height == width:
-        from training.data.ssd_transforms import resize_image
+        from training.detectors.ssd300.transforms import resize_image
 
         return np.asarray(resize_image(image, height), dtype=np.uint8)
     h, w = image.shape[:2]

@@ -11,7 +11,7 @@ contract of ``service.manifest`` (the TensorRT NMS-plugin layout):
          detection_scores  float32 [B, K]      descending; padding rows are zero
          detection_classes int32   [B, K]      class index 0..C-1; padding rows are zero
 
-Semantics (identical to ``training.models.ssd300.postprocess.postprocess`` for the same settings):
+Semantics (identical to ``training.detectors.ssd300.postprocess.postprocess`` for the same settings):
 per image and class, candidates with score > ``score_threshold`` keep their top ``topk_per_class``;
 greedy NMS (suppress IoU > ``iou_threshold``) runs per class; the ``max_detections`` best survivors
 across classes are returned, scores descending.

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import torch
 
-from training.data.loaders import SSDTrainLoader, build_ssd_train_loader
 from training.data.synthetic import generate_dataset
+from training.detectors.ssd300.loaders import SSDTrainLoader, build_ssd_train_loader
 
 
 def get_args_parser() -> argparse.ArgumentParser:

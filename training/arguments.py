@@ -9,7 +9,7 @@ from typing import Any
 
 from training.config import PRESETS, TrainConfig, make_config
 
-# The registry's built-in architectures (``training.models.registry.model_names()``; a test keeps the two
+# The registry's built-in architectures (``training.detectors.registry.model_names()``; a test keeps the two
 # equal). Listed here so building the parser imports no model code.
 MODEL_NAMES: tuple[str, ...] = (
     "efficientdet-d0",

@@ -11,9 +11,9 @@ A checkpoint written here is a dict::
 NVIDIA's SSD300 v1.1 files (``{"model": state_dict, "label_map": {label: name}, ...}``, keys optionally
 prefixed with ``module.``) load as an ``ssd300`` checkpoint with the backbone inferred from the weights.
 EfficientDet-D0 weight files of effdet and NVIDIA's PyTorch EfficientDet load as ``efficientdet-d0``
-checkpoints (see ``training.models.efficientdet.checkpoints``). torchvision's Mask R-CNN files (v1/v2 COCO
+checkpoints (see ``training.detectors.efficientdet.checkpoints``). torchvision's Mask R-CNN files (v1/v2 COCO
 weights, or its reference scripts' ``{"model": ...}``) load as ``maskrcnn_resnet50_fpn[_v2]`` checkpoints
-(see ``training.models.maskrcnn.weights``).
+(see ``training.detectors.maskrcnn.weights``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from training.data.coco_categories import COCO_2017_CATEGORIES
-from training.models.registry import build_model
+from training.detectors.registry import build_model
 
 FORMAT = "detect-checkpoint/1"
 
@@ -136,12 +136,12 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         k.removeprefix("module.").startswith("feature_extractor.feature_extractor.") for k in raw["model"]
     ):
         return _from_nvidia_ssd300(raw, path)
-    from training.models.maskrcnn.weights import checkpoint_fields, is_torchvision_maskrcnn
+    from training.detectors.maskrcnn.weights import checkpoint_fields, is_torchvision_maskrcnn
 
     nested = raw.get("model")
     if is_torchvision_maskrcnn(nested if isinstance(nested, dict) else raw):
         return Checkpoint(**checkpoint_fields(raw), source="torchvision-maskrcnn")
-    from training.models.efficientdet.checkpoints import efficientdet_checkpoint
+    from training.detectors.efficientdet.checkpoints import efficientdet_checkpoint
 
     effdet = efficientdet_checkpoint(raw, path)
     if effdet is not None:

@@ -1,4 +1,5 @@
-"""One training epoch and one evaluation pass, independent of the architecture (see ``training.tasks``)."""
+"""One training epoch and one evaluation pass, independent of the architecture
+(see ``training.detectors.tasks``)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ from tqdm import tqdm
 from training.box_ops import xyxy_to_ltwh
 from training.coco_eval import CocoEvaluator
 from training.data.letterbox import Letterbox
+from training.detectors.task import Batch, DetectorTask, Prediction
 from training.ema import ModelEma
 from training.masks import masks_to_rles
-from training.tasks.base import Batch, DetectorTask, Prediction
 
 
 def autocast_context(device: torch.device, precision: str) -> contextlib.AbstractContextManager[Any]:
@@ -148,7 +149,7 @@ def evaluate(
     ``orig_sizes`` holds per image its original ``(height, width)`` (inputs resized without keeping the
     aspect: boxes scale by the original size) or a :class:`~training.data.letterbox.Letterbox` (letterboxed
     inputs: boxes map back through it, clipped to the image, exactly as the service maps them).
-    Predictions with ``masks`` (low-resolution, see :class:`~training.tasks.base.Prediction`) are pasted
+    Predictions with ``masks`` (low-resolution, see :class:`~training.detectors.task.Prediction`) are pasted
     into the original image and scored as ``segm`` too.
     Runs on one process over the whole split (the trainer calls it on rank 0 only).
     """

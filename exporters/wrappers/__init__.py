@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from exporters.wrappers.base import ExportWrapper, ImagePreprocess
-from exporters.wrappers.efficientdet import EfficientDetWrapper
-from exporters.wrappers.maskrcnn import MaskRCNNV2Wrapper, MaskRCNNWrapper
-from exporters.wrappers.ssd300 import SSD300Wrapper
-from exporters.wrappers.ssd320 import SSD320Wrapper
+from training.detectors.efficientdet.export import EfficientDetWrapper
+from training.detectors.export import ExportWrapper, ImagePreprocess
+from training.detectors.maskrcnn.export import MaskRCNNV2Wrapper, MaskRCNNWrapper
+from training.detectors.ssd300.export import SSD300Wrapper
+from training.detectors.ssd320.export import SSD320Wrapper
 
 _WRAPPERS: dict[str, type[ExportWrapper]] = {
     "ssd300": SSD300Wrapper,

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from training.checkpoint import Checkpoint, save_checkpoint
-from training.models.efficientdet.model import EfficientDetD0
+from training.detectors.efficientdet.model import EfficientDetD0
 
 CATEGORIES = [{"id": 2, "name": "circle"}, {"id": 5, "name": "square"}, {"id": 11, "name": "triangle"}]
 MODEL_ARGS = {"num_classes": 3, "backbone": "tf_efficientnet_b0", "image_size": 128}
@@ -28,9 +28,9 @@ def calibration_images(seed: int) -> torch.Tensor:
     """The images the exporters' checks feed (a synthetic scene, noise, a gradient; generated_batches'
     defaults), letterboxed to 128 and normalized."""
     from exporters.verify import generated_batches
-    from training.data.efficientdet_transforms import EFFICIENTDET_PAD_VALUE
     from training.data.letterbox import letterbox_resize
-    from training.data.ssd_transforms import normalize_to_tensor
+    from training.detectors.efficientdet.transforms import EFFICIENTDET_PAD_VALUE
+    from training.detectors.ssd300.transforms import normalize_to_tensor
 
     def resize(image: np.ndarray) -> np.ndarray:
         return letterbox_resize(image, 128, 128, EFFICIENTDET_PAD_VALUE)[0]

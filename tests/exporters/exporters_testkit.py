@@ -15,7 +15,7 @@ import torch
 
 from service.manifest import Manifest
 from training.checkpoint import Checkpoint, save_checkpoint
-from training.models.ssd300.model import SSD300
+from training.detectors.ssd300.model import SSD300
 
 # COCO ids of the synthetic generator's first three categories, so --data runs work on it.
 CATEGORIES = [{"id": 2, "name": "circle"}, {"id": 5, "name": "square"}, {"id": 11, "name": "triangle"}]
@@ -64,7 +64,7 @@ def copy_artifact(artifact: ExportedArtifact, destination: Path) -> Path:
 def make_ssd320_checkpoint(path: Path, image_size: int = 96, seed: int = 0) -> Path:
     """A ResNet-18 SSD320 with 3 classes at ``image_size`` and random weights, its sigmoid scores spread
     over (0, 1) (class-predictor weights scaled up, bias -1) so classes, top-k and NMS all decide."""
-    from training.models.ssd320.model import SSD320
+    from training.detectors.ssd320.model import SSD320
 
     torch.manual_seed(seed)
     args = {

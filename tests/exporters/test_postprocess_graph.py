@@ -11,9 +11,9 @@ from exporters.postprocess_graph import DetectionPostprocess, PostprocessSetting
 from exporters.runtime import cpu_session
 from service.manifest import OUTPUT_NAMES
 from training.box_ops import decode_boxes, xywh_to_xyxy
-from training.models.ssd300.default_boxes import default_boxes_xywh
-from training.models.ssd300.loss import BOX_CODE_WEIGHTS
-from training.models.ssd300.postprocess import PostprocessConfig, postprocess
+from training.detectors.ssd300.default_boxes import default_boxes_xywh
+from training.detectors.ssd300.loss import BOX_CODE_WEIGHTS
+from training.detectors.ssd300.postprocess import PostprocessConfig, postprocess
 
 
 def _random_heads(batch: int, num_classes: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -16,7 +16,7 @@ SCRIPT = textwrap.dedent(
     from training import distributed
     from training.engine import train_one_epoch
     from training.optim import build_scheduler, build_sgd
-    from training.tasks import get_task
+    from training.detectors.tasks import get_task
 
     data, out = sys.argv[1], sys.argv[2]
     info = distributed.init_distributed("cpu")
@@ -79,7 +79,7 @@ def test_two_process_gloo_ddp_ranks_end_identical(tiny_coco: Path, tmp_path: Pat
 
 
 def get_initial_state() -> dict[str, torch.Tensor]:
-    from training.models.ssd300.model import SSD300
+    from training.detectors.ssd300.model import SSD300
 
     torch.manual_seed(0)
     return dict(SSD300(num_classes=6, backbone="resnet18").named_parameters())

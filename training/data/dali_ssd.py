@@ -26,7 +26,8 @@ import torch
 from torch import Tensor
 
 from training.data.coco import MIN_BOX_SIDE, resolve_split
-from training.data.ssd_transforms import (
+from training.detectors.ssd300.default_boxes import default_boxes_xyxy
+from training.detectors.ssd300.transforms import (
     BRIGHTNESS,
     CONTRAST,
     CROP_ASPECT,
@@ -37,7 +38,6 @@ from training.data.ssd_transforms import (
     IOU_CROP_OPTIONS,
     SATURATION,
 )
-from training.models.ssd300.default_boxes import default_boxes_xyxy
 
 __all__ = ["DaliSSDLoader", "build_ssd_train_pipeline", "dali_available"]
 
@@ -212,7 +212,7 @@ class DaliSSDLoader:
     ) -> None:
         """``pipeline`` (default :func:`build_ssd_train_pipeline`) lets another anchor-based detector run
         its own augmentation through this loader (same signature and outputs, e.g.
-        :func:`training.data.dali_ssd320.build_ssd320_train_pipeline`); ``anchors_xyxy`` ``[A, 4]``
+        :func:`training.detectors.ssd320.dali.build_ssd320_train_pipeline`); ``anchors_xyxy`` ``[A, 4]``
         (normalized) replaces the SSD300 default boxes in the box encoder."""
         from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
