@@ -1,5 +1,5 @@
 """One training epoch and one evaluation pass, independent of the architecture
-(see ``training.detectors.tasks``)."""
+(see ``training.detectors.registry``)."""
 
 from __future__ import annotations
 

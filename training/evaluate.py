@@ -13,7 +13,7 @@ from pycocotools.coco import COCO
 from training.checkpoint import load_checkpoint
 from training.coco_eval import METRIC_NAMES
 from training.data.coco import resolve_split
-from training.detectors.tasks import get_task
+from training.detectors.registry import get_task
 from training.engine import evaluate
 from training.train import default_split
 

@@ -18,7 +18,7 @@ from training import distributed
 from training.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from training.config import TrainConfig
 from training.data.coco import resolve_split
-from training.detectors.tasks import get_task
+from training.detectors.registry import get_task
 from training.ema import ModelEma
 from training.engine import evaluate, train_one_epoch
 from training.optim import build_scheduler, build_sgd

@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from exporters_testkit import ExportedArtifact, make_checkpoint
+from detectors_testkit import make_checkpoint
+from exporters_testkit import ExportedArtifact
 
 from exporters.onnx_export import OnnxExportRequest, export_onnx
 

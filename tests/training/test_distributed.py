@@ -16,7 +16,7 @@ SCRIPT = textwrap.dedent(
     from training import distributed
     from training.engine import train_one_epoch
     from training.optim import build_scheduler, build_sgd
-    from training.detectors.tasks import get_task
+    from training.detectors.registry import get_task
 
     data, out = sys.argv[1], sys.argv[2]
     info = distributed.init_distributed("cpu")

@@ -22,11 +22,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from exporters.compare import Detections
-from exporters.postprocess_graph import PostprocessSettings
 from service.manifest import Label
 from training.checkpoint import Checkpoint
 from training.data.letterbox import letterbox_geometry
+from training.postprocess import Detections, PostprocessSettings
 
 
 class ImagePreprocess(nn.Module):

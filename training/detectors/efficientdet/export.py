@@ -23,13 +23,12 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from exporters.compare import Detections
-from exporters.postprocess_graph import PostprocessSettings
 from training.checkpoint import Checkpoint
 from training.data.letterbox import letterbox_resize
 from training.detectors.efficientdet.transforms import EFFICIENTDET_PAD_VALUE
 from training.detectors.export import ExportWrapper
 from training.detectors.ssd300.transforms import IMAGENET_MEAN, IMAGENET_STD, normalize_to_tensor
+from training.postprocess import Detections, PostprocessSettings
 
 LEVELS = ("p3", "p4", "p5", "p6", "p7")
 DEFAULT_PRE_NMS_TOPK = 3000

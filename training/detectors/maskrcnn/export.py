@@ -40,12 +40,11 @@ from torch import Tensor, nn
 from torchvision.models.detection import MaskRCNN
 from torchvision.models.detection.image_list import ImageList
 
-from exporters.compare import Detections
-from exporters.postprocess_graph import PostprocessSettings, non_max_suppression
 from training.checkpoint import Checkpoint
 from training.data.letterbox import letterbox_resize
 from training.detectors.export import ExportWrapper
 from training.detectors.maskrcnn.model import IMAGENET_MEAN, IMAGENET_STD, PAD_VALUE, normalize
+from training.postprocess import Detections, PostprocessSettings, non_max_suppression
 
 FEATURE_NAMES = ("0", "1", "2", "3", "pool")  # torchvision's FPN output keys
 RAW_NAMES = ("rpn_objectness", "rpn_deltas", "fpn_p2", "fpn_p3", "fpn_p4", "fpn_p5", "fpn_pool")

@@ -19,10 +19,12 @@ to 1088 x 816, within 2% of torchvision's own resize (short side 800, long side 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from torch import Tensor
 
+from training.checkpoint import Checkpoint
 from training.data.coco_categories import COCO_2017_CATEGORIES
 
 DEFAULT_IMAGE_SIZE = 1088
@@ -87,3 +89,11 @@ def checkpoint_fields(raw: Mapping[str, Any]) -> dict[str, Any]:
         "categories": categories,
         "model": state,
     }
+
+
+def torchvision_maskrcnn_checkpoint(raw: dict[str, Any], path: Path) -> Checkpoint | None:
+    """torchvision's Mask R-CNN file in ``raw`` as a ``maskrcnn_resnet50_fpn[_v2]`` checkpoint, or None."""
+    nested = raw.get("model")
+    if not is_torchvision_maskrcnn(nested if isinstance(nested, dict) else raw):
+        return None
+    return Checkpoint(**checkpoint_fields(raw), source="torchvision-maskrcnn")

@@ -13,8 +13,6 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from exporters.compare import Detections
-from exporters.postprocess_graph import PostprocessSettings
 from training.box_ops import decode_boxes, xywh_to_xyxy
 from training.checkpoint import Checkpoint
 from training.detectors.export import ExportWrapper
@@ -28,6 +26,7 @@ from training.detectors.ssd300.transforms import (
     normalize_to_tensor,
     resize_image,
 )
+from training.postprocess import Detections, PostprocessSettings
 
 
 class SSD300Decoder(nn.Module):

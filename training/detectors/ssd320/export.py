@@ -16,8 +16,6 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from exporters.compare import Detections
-from exporters.postprocess_graph import PostprocessSettings
 from training.checkpoint import Checkpoint
 from training.detectors.export import ExportWrapper
 from training.detectors.ssd300.transforms import (
@@ -29,6 +27,7 @@ from training.detectors.ssd300.transforms import (
 from training.detectors.ssd320.anchors import generate_anchors_xywh
 from training.detectors.ssd320.model import SSD320
 from training.detectors.ssd320.postprocess import PostprocessConfig, decode_predictions, postprocess
+from training.postprocess import Detections, PostprocessSettings
 
 
 class SSD320Decoder(nn.Module):

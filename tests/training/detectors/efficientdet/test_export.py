@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from efficientdet_testkit import make_efficientdet_checkpoint
+from detectors_testkit import make_efficientdet_checkpoint
 from exporters_testkit import ExportedArtifact
 
 from exporters.coco_ap import coco_ap

@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from exporters_testkit import CATEGORIES
+from detectors_testkit import MASKRCNN_SIZE, make_maskrcnn_checkpoint
 from service_testkit import encode, make_settings, start_client
 from torchvision.models.detection.rpn import concat_box_prediction_layers
 from torchvision.ops.poolers import LevelMapper
@@ -27,33 +27,19 @@ from exporters.verify import generated_batches, manifest_resize, raw_names_from_
 from exporters.wrappers import get_wrapper
 from service.app import create_app
 from service.manifest import MASK_OUTPUT, Manifest
-from training.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from training.checkpoint import load_checkpoint
 from training.data.letterbox import letterbox_resize
 from training.data.synthetic import render_sample
 from training.detectors.maskrcnn.export import MultiScaleRoIAlign
-from training.detectors.maskrcnn.model import PAD_VALUE, detect, maskrcnn_resnet50_fpn, normalize
+from training.detectors.maskrcnn.model import PAD_VALUE, detect, normalize
 from training.masks import mask_iou, paste_masks, rle_to_mask
 
-SIZE = 96
-MODEL_ARGS = {
-    "num_classes": len(CATEGORIES),
-    "backbone": "resnet18",
-    "image_size": SIZE,
-    "rpn_pre_nms_top_n_test": 150,
-    "rpn_post_nms_top_n_test": 40,
-    "box_detections_per_img": 20,
-}
+SIZE = MASKRCNN_SIZE
 
 
 @pytest.fixture(scope="module")
 def mask_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    torch.manual_seed(0)
-    model = maskrcnn_resnet50_fpn(**MODEL_ARGS).eval()
-    with torch.no_grad():
-        model.roi_heads.mask_predictor.mask_fcn_logits.weight.mul_(30.0)
-        model.roi_heads.box_predictor.cls_score.weight.mul_(0.3)
-    ckpt = Checkpoint("maskrcnn_resnet50_fpn", MODEL_ARGS, CATEGORIES, model.state_dict(), epoch=1)
-    return save_checkpoint(ckpt, tmp_path_factory.mktemp("mrcnn") / "checkpoint.pt")
+    return make_maskrcnn_checkpoint(tmp_path_factory.mktemp("mrcnn") / "checkpoint.pt")
 
 
 @pytest.fixture(scope="module")

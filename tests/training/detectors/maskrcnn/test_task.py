@@ -9,7 +9,7 @@ from training.arguments import config_from_args
 from training.checkpoint import load_checkpoint
 from training.cli import build_parser
 from training.config import PRESETS, make_config
-from training.detectors.tasks import get_task
+from training.detectors.registry import get_task
 from training.train import main as train_main
 
 TINY = {

@@ -9,9 +9,9 @@ from training.arguments import config_from_args
 from training.checkpoint import load_checkpoint
 from training.cli import build_parser
 from training.config import PRESETS, make_config
+from training.detectors.registry import get_task
 from training.detectors.ssd320.anchors import AnchorConfig
 from training.detectors.ssd320.model import SSD320
-from training.detectors.tasks import get_task
 from training.train import main as train_main
 
 SIZE = 64  # anchors follow the input size: 6 x (8² + 4² + 2² + 1 + 1) = 516
