@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from service.manifest import Label
 from training.checkpoint import Checkpoint
+from training.data.imagenet import IMAGENET_MEAN, IMAGENET_STD
 from training.data.letterbox import letterbox_geometry
 from training.postprocess import Detections, PostprocessSettings
 
@@ -74,6 +75,8 @@ class ExportWrapper(ABC):
     # that stay fp32 in INT8 variants, beyond the preprocessing and post-processing every model keeps
     # (exporters.nncf_int8.ignored_scope).
     int8_ignored_patterns: ClassVar[tuple[str, ...]] = ()
+    # The square input's side; subclasses set it (or override ``input_size``).
+    image_size: int
 
     def __init__(self, checkpoint: Checkpoint) -> None:
         if checkpoint.model_name != self.architecture:
@@ -86,14 +89,14 @@ class ExportWrapper(ABC):
 
     # ------------------------------------------------------------------ metadata (manifest)
     @property
-    @abstractmethod
     def input_size(self) -> tuple[int, int]:
-        """(height, width) of the network input."""
+        """(height, width) of the network input: ``image_size`` square unless a subclass says otherwise."""
+        return self.image_size, self.image_size
 
     @property
-    @abstractmethod
     def mean_std(self) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
         """ImageNet-style mean and std on the 0-1 scale, RGB order."""
+        return IMAGENET_MEAN, IMAGENET_STD
 
     @property
     @abstractmethod

@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sized
+from collections.abc import Iterable
 from typing import Any, NotRequired, Protocol, TypedDict
 
 import torch
 from torch import Tensor, nn
+
+from training.data.loader import LoaderRequest, TrainLoader
+
+__all__ = [
+    "Batch",
+    "DetectorTask",
+    "LoaderRequest",
+    "Prediction",
+    "TrainLoader",
+    "images_to",
+    "reject_scale_jitter",
+]
 
 
 class Prediction(TypedDict):
@@ -23,10 +35,6 @@ class Prediction(TypedDict):
 Batch = tuple[Any, ...]
 
 
-class TrainLoader(Iterable[Batch], Sized, Protocol):
-    def set_epoch(self, epoch: int) -> None: ...
-
-
 class DetectorTask(Protocol):
     model_name: str
 
@@ -37,16 +45,7 @@ class DetectorTask(Protocol):
     def build_criterion(self) -> nn.Module: ...
 
     def train_loader(
-        self,
-        kind: str,
-        root: str,
-        split: str,
-        batch_size: int,
-        workers: int,
-        seed: int,
-        rank: int,
-        world: int,
-        scale_jitter: tuple[float, float] | None = None,
+        self, request: LoaderRequest, scale_jitter: tuple[float, float] | None = None
     ) -> TrainLoader:
         """``scale_jitter``: the random scale range of an architecture whose augmentation has one
         (EfficientDet); None keeps the architecture's default."""
@@ -63,3 +62,14 @@ def reject_scale_jitter(model_name: str, scale_jitter: tuple[float, float] | Non
     """For tasks whose augmentation has no scale range: a given one is a configuration error."""
     if scale_jitter is not None:
         raise ValueError(f"--scale-jitter applies to efficientdet-d0's augmentation, not to {model_name}")
+
+
+def is_channels_last(model: nn.Module) -> bool:
+    weight = next((p for p in model.parameters() if p.dim() == 4), None)
+    return weight is not None and weight.is_contiguous(memory_format=torch.channels_last)
+
+
+def images_to(images: Tensor, model: nn.Module, device: torch.device) -> Tensor:
+    """A batch of images on ``device`` in the model's memory format (channels-last when its convs are)."""
+    memory_format = torch.channels_last if is_channels_last(model) else torch.contiguous_format
+    return images.to(device, non_blocking=True).contiguous(memory_format=memory_format)

@@ -17,6 +17,7 @@ from exporters.wrappers import UnsupportedArchitectureError, get_wrapper
 from training.checkpoint import load_checkpoint
 from training.cli import build_parser
 from training.config import PRESETS
+from training.data.loader import LoaderRequest
 from training.detectors.registry import ENTRIES, get_detector, get_task, model_names
 
 
@@ -59,7 +60,7 @@ def test_trains_one_step_then_exports_and_verifies(name: str, tiny_coco: Path, t
     task = get_task(name)({**ckpt.model_args, "num_classes": len(categories)})
     model = task.build_model().train()
     criterion = task.build_criterion()
-    loader = task.train_loader("torch", str(tiny_coco), "train", 2, 0, 0, 0, 1)
+    loader = task.train_loader(LoaderRequest("torch", str(tiny_coco), "train", 2, 0, 0, 0, 1))
     loader.set_epoch(0)
     optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1e-3)
     before = [p.detach().clone() for p in model.parameters() if p.requires_grad]

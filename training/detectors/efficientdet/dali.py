@@ -21,39 +21,87 @@ runs the pixel operators on that GPU. The geometry arithmetic and box operators 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import torch
-from torch import Tensor
-
-from training.data.coco import resolve_split
-from training.data.dali_ssd import READER_NAME, coco_reader
+from training.data.dali import DaliLoader, DaliShard, coco_reader, normalize_chw, pipeline_args
 from training.detectors.efficientdet.transforms import (
     EFFICIENTDET_PAD_VALUE,
     MIN_TRAIN_BOX_SIDE,
     SCALE_JITTER,
     check_scale_range,
 )
-from training.detectors.ssd300.transforms import IMAGENET_MEAN, IMAGENET_STD
 
 __all__ = ["DaliEfficientDetLoader", "build_efficientdet_train_pipeline"]
 
-_OUTPUTS = ("images", "boxes", "labels", "image_ids")
+
+def _window(height: Any, width: Any, size: int, draws: tuple[Any, Any, Any]) -> tuple[Any, Any, Any, Any]:
+    """``training.detectors.efficientdet.transforms.random_scale_crop`` in DALI arithmetic: the image
+    scaled by ``factor`` of the letterbox scale, the ``size x size`` window at ``(u_y, u_x)`` of the slack:
+    ``(scaled_w, scaled_h, offset_x, offset_y)``."""
+    dali_math: Any = importlib.import_module("nvidia.dali.math")
+    factor, u_y, u_x = draws
+    scale = dali_math.min(factor * size / height, factor * size / width)
+    scaled_h = dali_math.max(dali_math.floor(height * scale + 0.5), 1.0)
+    scaled_w = dali_math.max(dali_math.floor(width * scale + 0.5), 1.0)
+    offset_y = dali_math.floor(dali_math.max(scaled_h - size, 0.0) * u_y)
+    offset_x = dali_math.floor(dali_math.max(scaled_w - size, 0.0) * u_x)
+    return scaled_w, scaled_h, offset_x, offset_y
+
+
+def _image_size(jpegs: Any) -> tuple[Any, Any]:
+    fn: Any = importlib.import_module("nvidia.dali.fn")
+    types: Any = importlib.import_module("nvidia.dali.types")
+    shape = fn.peek_image_shape(jpegs)  # [H, W, C]
+    return fn.cast(shape[0], dtype=types.FLOAT), fn.cast(shape[1], dtype=types.FLOAT)
+
+
+def _cut(images: Any, window: tuple[Any, Any, Any, Any], size: int) -> Any:
+    """Resize to the scaled size, cut the window, mean-pad where it leaves the image."""
+    fn: Any = importlib.import_module("nvidia.dali.fn")
+    types: Any = importlib.import_module("nvidia.dali.types")
+    scaled_w, scaled_h, offset_x, offset_y = window
+    images = fn.resize(images, resize_x=scaled_w, resize_y=scaled_h)
+    return fn.slice(
+        images,
+        start=fn.cast(fn.stack(offset_x, offset_y), dtype=types.INT32),
+        shape=[size, size],
+        axis_names="WH",
+        out_of_bounds_policy="pad",
+        fill_values=list(EFFICIENTDET_PAD_VALUE),
+    )
+
+
+def _boxes_in_window(
+    boxes: Any, labels: Any, window: tuple[Any, Any, Any, Any], size: int
+) -> tuple[Any, Any]:
+    """Boxes relative to the original -> pixels of the window, clipped; labels -1 where too small; both
+    padded to the batch's largest count."""
+    fn: Any = importlib.import_module("nvidia.dali.fn")
+    types: Any = importlib.import_module("nvidia.dali.types")
+    dali_math: Any = importlib.import_module("nvidia.dali.math")
+    scaled_w, scaled_h, offset_x, offset_y = window
+    boxes = boxes * fn.stack(scaled_w, scaled_h, scaled_w, scaled_h) - fn.stack(
+        offset_x, offset_y, offset_x, offset_y
+    )
+    limit_x = dali_math.min(scaled_w - offset_x, float(size))
+    limit_y = dali_math.min(scaled_h - offset_y, float(size))
+    boxes = dali_math.clamp(boxes, 0.0, float(size))
+    boxes = dali_math.min(boxes, fn.stack(limit_x, limit_y, limit_x, limit_y))
+    valid = (boxes[:, 2] - boxes[:, 0] >= MIN_TRAIN_BOX_SIDE) & (
+        boxes[:, 3] - boxes[:, 1] >= MIN_TRAIN_BOX_SIDE
+    )
+    valid = fn.cast(valid, dtype=types.INT32)
+    labels = labels * valid + (valid - 1)  # -1 where dropped
+    return fn.pad(boxes, axes=(0,), fill_value=0.0), fn.pad(labels, axes=(0,), fill_value=-1)
 
 
 def build_efficientdet_train_pipeline(
     images_dir: str | Path,
     annotation_file: str | Path,
+    shard: DaliShard,
     *,
     size: int,
-    batch_size: int,
-    num_threads: int,
-    seed: int,
-    shard_id: int = 0,
-    num_shards: int = 1,
-    device_id: int | None = None,
     scale_range: tuple[float, float] = SCALE_JITTER,
     augment: bool = True,
     shuffle: bool = True,
@@ -68,67 +116,29 @@ def build_efficientdet_train_pipeline(
     # DALI's type stubs model neither multi-output operators nor ``device_id=None``: use it untyped.
     fn: Any = importlib.import_module("nvidia.dali.fn")
     types: Any = importlib.import_module("nvidia.dali.types")
-    dali_math: Any = importlib.import_module("nvidia.dali.math")
     pipeline_def: Any = importlib.import_module("nvidia.dali").pipeline_def
-    on_gpu = device_id is not None
+    on_gpu = shard.device_id is not None
 
-    @pipeline_def(batch_size=batch_size, num_threads=num_threads, device_id=device_id, seed=seed)
+    @pipeline_def(**pipeline_args(shard))
     def pipeline() -> tuple[Any, ...]:
-        jpegs, boxes, labels, image_ids = coco_reader(
-            images_dir, annotation_file, shard_id=shard_id, num_shards=num_shards, shuffle=shuffle
-        )
-        shape = fn.peek_image_shape(jpegs)  # [H, W, C]
-        height = fn.cast(shape[0], dtype=types.FLOAT)
-        width = fn.cast(shape[1], dtype=types.FLOAT)
+        jpegs, boxes, labels, image_ids = coco_reader(images_dir, annotation_file, shard, shuffle=shuffle)
+        height, width = _image_size(jpegs)  # peeked before decoding, as the window needs it
         images = fn.decoders.image(
             jpegs, device="mixed" if on_gpu else "cpu", output_type=types.RGB, adjust_orientation=False
         )
+        draws: tuple[Any, Any, Any] = (1.0, 0.0, 0.0)
         if augment:
             flip = fn.random.coin_flip(probability=0.5)
             images = fn.flip(images, horizontal=flip)
             boxes = fn.bb_flip(boxes, ltrb=True, horizontal=flip)
-            factor = fn.random.uniform(range=list(scale_range))
-            u_y = fn.random.uniform(range=[0.0, 1.0])
-            u_x = fn.random.uniform(range=[0.0, 1.0])
-        else:
-            factor, u_y, u_x = 1.0, 0.0, 0.0
-        # training.detectors.efficientdet.transforms.random_scale_crop, in DALI arithmetic.
-        scale = dali_math.min(factor * size / height, factor * size / width)
-        scaled_h = dali_math.max(dali_math.floor(height * scale + 0.5), 1.0)
-        scaled_w = dali_math.max(dali_math.floor(width * scale + 0.5), 1.0)
-        offset_y = dali_math.floor(dali_math.max(scaled_h - size, 0.0) * u_y)
-        offset_x = dali_math.floor(dali_math.max(scaled_w - size, 0.0) * u_x)
-        images = fn.resize(images, resize_x=scaled_w, resize_y=scaled_h)
-        images = fn.slice(
-            images,
-            start=fn.cast(fn.stack(offset_x, offset_y), dtype=types.INT32),
-            shape=[size, size],
-            axis_names="WH",
-            out_of_bounds_policy="pad",
-            fill_values=list(EFFICIENTDET_PAD_VALUE),
-        )
-        images = fn.crop_mirror_normalize(
-            images,
-            mean=[255.0 * m for m in IMAGENET_MEAN],
-            std=[255.0 * s for s in IMAGENET_STD],
-            dtype=types.FLOAT,
-            output_layout="CHW",
-        )
-        # Boxes: relative to the original -> pixels of the scaled image -> of the window, clipped.
-        boxes = boxes * fn.stack(scaled_w, scaled_h, scaled_w, scaled_h) - fn.stack(
-            offset_x, offset_y, offset_x, offset_y
-        )
-        limit_x = dali_math.min(scaled_w - offset_x, float(size))
-        limit_y = dali_math.min(scaled_h - offset_y, float(size))
-        boxes = dali_math.clamp(boxes, 0.0, float(size))
-        boxes = dali_math.min(boxes, fn.stack(limit_x, limit_y, limit_x, limit_y))
-        valid = (boxes[:, 2] - boxes[:, 0] >= MIN_TRAIN_BOX_SIDE) & (
-            boxes[:, 3] - boxes[:, 1] >= MIN_TRAIN_BOX_SIDE
-        )
-        valid = fn.cast(valid, dtype=types.INT32)
-        labels = labels * valid + (valid - 1)  # -1 where dropped
-        boxes = fn.pad(boxes, axes=(0,), fill_value=0.0)
-        labels = fn.pad(labels, axes=(0,), fill_value=-1)
+            draws = (
+                fn.random.uniform(range=list(scale_range)),
+                fn.random.uniform(range=[0.0, 1.0]),
+                fn.random.uniform(range=[0.0, 1.0]),
+            )
+        window = _window(height, width, size, draws)
+        images = normalize_chw(_cut(images, window, size))
+        boxes, labels = _boxes_in_window(boxes, labels, window, size)
         if on_gpu:
             boxes, labels = boxes.gpu(), labels.gpu()
         return images, boxes, labels, image_ids
@@ -136,69 +146,14 @@ def build_efficientdet_train_pipeline(
     return pipeline()
 
 
-class DaliEfficientDetLoader:
-    """Batches of EfficientDet training data from DALI, as torch tensors.
+class DaliEfficientDetLoader(DaliLoader):
+    """Batches of EfficientDet training data from DALI, as torch tensors
+    (:func:`build_efficientdet_train_pipeline`; its keyword options ``size``, ``scale_range``, ``augment``,
+    ``shuffle`` pass through the constructor).
 
     Yields ``(images float32 [N, 3, S, S], boxes float32 [N, M, 4] xyxy network pixels, labels int64
-    [N, M])`` (padding: zero boxes, label -1) on ``cuda:device_id`` or the CPU. An epoch is
-    ``(images // num_shards) // batch_size`` full batches (DALI's DROP policy), equal on every shard.
+    [N, M])`` (padding: zero boxes, label -1) on ``cuda:device_id`` or the CPU. Epochs and shards:
+    :class:`training.data.dali.DaliLoader`.
     """
 
-    def __init__(
-        self,
-        root: str | Path,
-        split: str,
-        batch_size: int,
-        *,
-        size: int,
-        num_threads: int = 2,
-        seed: int = 0,
-        shard_id: int = 0,
-        num_shards: int = 1,
-        device_id: int | None = None,
-        scale_range: tuple[float, float] = SCALE_JITTER,
-        augment: bool = True,
-        shuffle: bool = True,
-    ) -> None:
-        from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
-
-        if not 0 <= shard_id < num_shards:
-            raise ValueError(f"shard_id {shard_id} is outside 0..{num_shards - 1}")
-        images_dir, annotation_file = resolve_split(root, split)
-        self._pipe = build_efficientdet_train_pipeline(
-            images_dir,
-            annotation_file,
-            size=size,
-            batch_size=batch_size,
-            num_threads=num_threads,
-            seed=(seed + shard_id) % (2**63),
-            shard_id=shard_id,
-            num_shards=num_shards,
-            device_id=device_id,
-            scale_range=scale_range,
-            augment=augment,
-            shuffle=shuffle,
-        )
-        self._pipe.build()
-        self._iterator = DALIGenericIterator(
-            [self._pipe],
-            list(_OUTPUTS),
-            reader_name=READER_NAME,
-            last_batch_policy=LastBatchPolicy.DROP,
-            auto_reset=True,
-        )
-        self.epoch = 0
-        self.last_image_ids: list[int] = []
-
-    def __len__(self) -> int:
-        return len(self._iterator)
-
-    def set_epoch(self, epoch: int) -> None:
-        """Record the epoch; DALI's reader reshuffles by itself every epoch."""
-        self.epoch = epoch
-
-    def __iter__(self) -> Iterator[tuple[Tensor, Tensor, Tensor]]:
-        for batch in self._iterator:
-            data = batch[0]
-            self.last_image_ids = [int(i) for i in data["image_ids"].reshape(-1).tolist()]
-            yield data["images"], data["boxes"], data["labels"].to(torch.int64)
+    build = staticmethod(build_efficientdet_train_pipeline)

@@ -27,7 +27,7 @@ from training.checkpoint import Checkpoint
 from training.data.letterbox import letterbox_resize
 from training.detectors.efficientdet.transforms import EFFICIENTDET_PAD_VALUE
 from training.detectors.export import ExportWrapper
-from training.detectors.ssd300.transforms import IMAGENET_MEAN, IMAGENET_STD, normalize_to_tensor
+from training.detectors.ssd300.transforms import normalize_to_tensor
 from training.postprocess import Detections, PostprocessSettings
 
 LEVELS = ("p3", "p4", "p5", "p6", "p7")
@@ -96,14 +96,6 @@ class EfficientDetWrapper(ExportWrapper):
         self.anchors_yxyx = anchor_boxes(model)
         self.anchors_cxcywh = anchors_xywh(self.anchors_yxyx)
         self.network = FlatOutputs(model).eval()
-
-    @property
-    def input_size(self) -> tuple[int, int]:
-        return self.image_size, self.image_size
-
-    @property
-    def mean_std(self) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
-        return IMAGENET_MEAN, IMAGENET_STD
 
     @property
     def default_settings(self) -> PostprocessSettings:

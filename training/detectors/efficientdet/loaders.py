@@ -7,15 +7,15 @@ Both training kinds yield the same triple (anchor labelling happens on the train
   any image in the batch (at least 1); padding rows are zero;
 - ``labels`` int64 ``[N, M]``: contiguous labels 1..C, -1 for padding (and boxes the crop removed).
 
-The PyTorch kind is :class:`training.detectors.ssd300.loaders.TorchSSDLoader` (sampling, DDP sharding,
-per-epoch seeding) with EfficientDet's transform and collate; see there for ``len()`` and ``set_epoch``.
+The PyTorch kind is :class:`training.data.loader.TorchTrainLoader` (sampling, DDP sharding, per-epoch
+seeding) with EfficientDet's transform and collate; see there for ``len()`` and ``set_epoch``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -23,18 +23,18 @@ from torch.utils.data import DataLoader
 
 from training.data.coco import CocoDetection
 from training.data.letterbox import Letterbox
+from training.data.loader import LoaderRequest, TorchTrainLoader, TrainLoader, choose_loader, ordered_loader
 from training.detectors.efficientdet.transforms import (
     SCALE_JITTER,
     EfficientDetEvalTransform,
     EfficientDetTrainTransform,
 )
-from training.detectors.ssd300.loaders import SSDTrainLoader, TorchSSDLoader
 
 __all__ = [
     "LetterboxEvalCollate",
     "PaddedBoxesCollate",
     "build_efficientdet_eval_loader",
-    "build_efficientdet_train_loader",
+    "efficientdet_train_loader",
 ]
 
 
@@ -63,56 +63,24 @@ class LetterboxEvalCollate:
         return images, [int(t["image_id"]) for _, t in batch], [t["letterbox"] for _, t in batch]
 
 
-def build_efficientdet_train_loader(
-    kind: Literal["dali", "torch"],
-    root: str | Path,
-    split: str,
-    *,
-    size: int,
-    batch_size: int,
-    workers: int,
-    seed: int,
-    rank: int = 0,
-    world_size: int = 1,
-    scale_range: tuple[float, float] = SCALE_JITTER,
-) -> SSDTrainLoader:
-    """The EfficientDet training loader of the given kind (see the module docstring for what it yields).
+def efficientdet_train_loader(
+    request: LoaderRequest, *, size: int, scale_range: tuple[float, float] = SCALE_JITTER
+) -> TrainLoader:
+    """The EfficientDet training loader of ``request.kind`` (see the module docstring for what it yields);
+    ``size`` is the network's input side S."""
+    r = request
 
-    Args:
-        kind: ``"dali"`` (GPU when CUDA is available, else DALI on the CPU) or ``"torch"`` (DataLoader).
-        size: the network's input side S.
-        workers: DALI CPU threads, or DataLoader worker processes.
-    """
-    if not 0 <= rank < world_size:
-        raise ValueError(f"rank {rank} is outside 0..{world_size - 1}")
-    if kind == "torch":
-        return TorchSSDLoader(
-            root,
-            split,
-            batch_size,
-            workers,
-            seed,
-            rank,
-            world_size,
-            transforms=EfficientDetTrainTransform(size, scale_range, seed=seed),
-            collate_fn=PaddedBoxesCollate(),
-        )
-    if kind == "dali":
+    def torch_loader() -> TrainLoader:
+        transforms = EfficientDetTrainTransform(size, scale_range, seed=r.seed)
+        dataset = CocoDetection(r.root, r.split, transforms=transforms, skip_empty=True)
+        return TorchTrainLoader(dataset, PaddedBoxesCollate(), r)
+
+    def dali() -> TrainLoader:
         from training.detectors.efficientdet.dali import DaliEfficientDetLoader
 
-        return DaliEfficientDetLoader(
-            root,
-            split,
-            batch_size,
-            size=size,
-            num_threads=max(1, workers),
-            seed=seed,
-            shard_id=rank,
-            num_shards=world_size,
-            device_id=torch.cuda.current_device() if torch.cuda.is_available() else None,
-            scale_range=scale_range,
-        )
-    raise ValueError(f"unknown loader kind {kind!r}; expected 'dali' or 'torch'")
+        return DaliEfficientDetLoader(**r.dali_args(), size=size, scale_range=scale_range)
+
+    return choose_loader(request, torch_loader, dali)
 
 
 def build_efficientdet_eval_loader(
@@ -123,11 +91,4 @@ def build_efficientdet_eval_loader(
     Yields ``(images float32 [N, 3, S, S], image_ids list[int], letterboxes list[Letterbox])``.
     """
     dataset = CocoDetection(root, split, transforms=EfficientDetEvalTransform(size))
-    return DataLoader(
-        dataset,
-        batch_size=batch_size,
-        shuffle=False,
-        num_workers=workers,
-        collate_fn=LetterboxEvalCollate(),
-        pin_memory=torch.cuda.is_available(),
-    )
+    return ordered_loader(dataset, LetterboxEvalCollate(), batch_size, workers)

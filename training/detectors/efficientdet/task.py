@@ -17,10 +17,10 @@ from torch import Tensor, nn
 
 from training.detectors.efficientdet.loaders import (
     build_efficientdet_eval_loader,
-    build_efficientdet_train_loader,
+    efficientdet_train_loader,
 )
 from training.detectors.efficientdet.transforms import SCALE_JITTER
-from training.detectors.task import Batch, Prediction, TrainLoader
+from training.detectors.task import Batch, LoaderRequest, Prediction, TrainLoader, images_to
 
 BACKBONE_NAMES = ("tf_efficientnet_b0", "efficientnet_b0", "nvidia_efficientnet_b0")
 
@@ -56,31 +56,10 @@ class EfficientDetTask:
         return EfficientDetLoss(self.config)
 
     def train_loader(
-        self,
-        kind: str,
-        root: str,
-        split: str,
-        batch_size: int,
-        workers: int,
-        seed: int,
-        rank: int,
-        world: int,
-        scale_jitter: tuple[float, float] | None = None,
+        self, request: LoaderRequest, scale_jitter: tuple[float, float] | None = None
     ) -> TrainLoader:
-        return cast(
-            TrainLoader,
-            build_efficientdet_train_loader(
-                kind,  # type: ignore[arg-type]
-                root,
-                split,
-                size=self.image_size,
-                batch_size=batch_size,
-                workers=workers,
-                seed=seed,
-                rank=rank,
-                world_size=world,
-                scale_range=scale_jitter or SCALE_JITTER,
-            ),
+        return efficientdet_train_loader(
+            request, size=self.image_size, scale_range=scale_jitter or SCALE_JITTER
         )
 
     def eval_loader(self, root: str, split: str, batch_size: int, workers: int) -> Iterable[Batch]:
@@ -90,8 +69,7 @@ class EfficientDetTask:
 
     def loss(self, model: nn.Module, criterion: nn.Module, batch: Batch, device: torch.device) -> Tensor:
         images, boxes, labels = batch
-        memory_format = torch.channels_last if _is_channels_last(model) else torch.contiguous_format
-        images = images.to(device, non_blocking=True).contiguous(memory_format=memory_format)
+        images = images_to(images, model, device)
         class_outputs, box_outputs = model(images)
         boxes, labels = boxes.to(device, non_blocking=True), labels.to(device, non_blocking=True)
         return cast(Tensor, criterion(class_outputs, box_outputs, boxes, labels))
@@ -120,8 +98,3 @@ class EfficientDetTask:
             )
             for r in results
         ]
-
-
-def _is_channels_last(model: nn.Module) -> bool:
-    weight = next((p for p in model.parameters() if p.dim() == 4), None)
-    return weight is not None and weight.is_contiguous(memory_format=torch.channels_last)

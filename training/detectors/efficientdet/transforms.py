@@ -29,6 +29,7 @@ from numpy.typing import NDArray
 from torch import Tensor
 
 from training.data.letterbox import letterbox_resize, mean_pad_value
+from training.data.rng import WorkerRng
 from training.detectors.ssd300.transforms import IMAGENET_MEAN, normalize_to_tensor
 
 __all__ = [
@@ -109,15 +110,7 @@ class EfficientDetTrainTransform:
         self.scale_range = scale_range
         self.pad_value = pad_value
         self.seed = seed
-        self._rng: np.random.Generator | None = None
-        self._rng_key: int | None = None
-
-    def _generator(self) -> np.random.Generator:
-        key = torch.initial_seed()
-        if self._rng is None or key != self._rng_key:
-            entropy = [key] if self.seed is None else [self.seed, key]
-            self._rng, self._rng_key = np.random.default_rng(entropy), key
-        return self._rng
+        self._generator = WorkerRng(seed)
 
     def __call__(self, image: NDArray[np.uint8], target: dict[str, Any]) -> tuple[Tensor, dict[str, Any]]:
         rng = self._generator()

@@ -23,7 +23,7 @@ Batches:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +32,12 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 from torch import Tensor
-from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, Sampler
+from torch.utils.data import DataLoader
 
 from training.data.coco import CocoDetection
 from training.data.letterbox import Letterbox, letterbox_geometry, letterbox_resize
-from training.detectors.ssd300.loaders import _epoch_seed
+from training.data.loader import LoaderRequest, TorchTrainLoader, ordered_loader
+from training.data.rng import WorkerRng
 
 TrainBatch = tuple[Tensor, list[tuple[int, int]], list[dict[str, Tensor]]]
 EvalBatch = tuple[Tensor, list[int], list[Letterbox]]
@@ -84,15 +85,7 @@ class MaskRCNNTrainTransform:
         self.jitter = jitter
         self.flip_probability = flip_probability
         self.seed = seed
-        self._rng: np.random.Generator | None = None
-        self._rng_key: int | None = None
-
-    def _generator(self) -> np.random.Generator:
-        key = torch.initial_seed()
-        if self._rng is None or key != self._rng_key:
-            entropy = [key] if self.seed is None else [self.seed, key]
-            self._rng, self._rng_key = np.random.default_rng(entropy), key
-        return self._rng
+        self._generator = WorkerRng(seed)
 
     def __call__(self, image: NDArray[np.uint8], target: dict[str, Any]) -> tuple[Tensor, dict[str, Any]]:
         rng = self._generator()
@@ -146,60 +139,16 @@ def collate_eval(batch: Sequence[tuple[Tensor, dict[str, Any]]]) -> EvalBatch:
     return images, [int(t["image_id"]) for _, t in batch], [t["letterbox"] for _, t in batch]
 
 
-class MaskRCNNTrainLoader:
-    """CocoDetection with masks + :class:`MaskRCNNTrainTransform` + :func:`collate_train`.
-
-    ``len()`` is full batches per epoch (last partial batch dropped); call ``set_epoch`` before each
-    epoch. Images without usable annotations are skipped. With ``world_size > 1`` a DistributedSampler
-    shards the images.
-    """
-
-    def __init__(
-        self,
-        root: str | Path,
-        split: str,
-        image_size: int,
-        batch_size: int,
-        workers: int,
-        seed: int,
-        rank: int = 0,
-        world_size: int = 1,
-        jitter: tuple[float, float] = DEFAULT_JITTER,
-    ) -> None:
-        transform = MaskRCNNTrainTransform(image_size, jitter=jitter, seed=seed)
-        self.dataset = CocoDetection(root, split, transforms=transform, with_masks=True, skip_empty=True)
-        self.seed, self.rank = seed, rank
-        self.generator = torch.Generator()
-        self.generator.manual_seed(_epoch_seed(seed, 0, rank))
-        self.sampler: Sampler[int]
-        if world_size > 1:
-            self.sampler = DistributedSampler(
-                self.dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed, drop_last=True
-            )
-        else:
-            self.sampler = RandomSampler(self.dataset, generator=self.generator)
-        self.loader: DataLoader[Any] = DataLoader(
-            self.dataset,
-            batch_size=batch_size,
-            sampler=self.sampler,
-            num_workers=workers,
-            collate_fn=collate_train,
-            drop_last=True,
-            pin_memory=torch.cuda.is_available(),
-            generator=self.generator,
-            persistent_workers=False,  # re-created each epoch to pick up the epoch's seeds
-        )
-
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    def set_epoch(self, epoch: int) -> None:
-        if isinstance(self.sampler, DistributedSampler):
-            self.sampler.set_epoch(epoch)
-        self.generator.manual_seed(_epoch_seed(self.seed, epoch, self.rank))
-
-    def __iter__(self) -> Iterator[TrainBatch]:
-        return iter(self.loader)
+def maskrcnn_train_loader(
+    request: LoaderRequest, image_size: int, jitter: tuple[float, float] = DEFAULT_JITTER
+) -> TorchTrainLoader:
+    """CocoDetection with masks + :class:`MaskRCNNTrainTransform` + :func:`collate_train` in the one torch
+    loader (``training.data.loader``); images without usable annotations are skipped."""
+    transform = MaskRCNNTrainTransform(image_size, jitter=jitter, seed=request.seed)
+    dataset = CocoDetection(
+        request.root, request.split, transforms=transform, with_masks=True, skip_empty=True
+    )
+    return TorchTrainLoader(dataset, collate_train, request)
 
 
 def build_eval_loader(
@@ -207,11 +156,4 @@ def build_eval_loader(
 ) -> DataLoader[Any]:
     """Every image of ``split`` in image-id order, letterboxed (see :data:`EvalBatch`)."""
     dataset = CocoDetection(root, split, transforms=MaskRCNNEvalTransform(size, pad_value))
-    return DataLoader(
-        dataset,
-        batch_size=batch_size,
-        shuffle=False,
-        num_workers=workers,
-        collate_fn=collate_eval,
-        pin_memory=torch.cuda.is_available(),
-    )
+    return ordered_loader(dataset, collate_eval, batch_size, workers)

@@ -43,7 +43,7 @@ from torchvision.models.detection.image_list import ImageList
 from training.checkpoint import Checkpoint
 from training.data.letterbox import letterbox_resize
 from training.detectors.export import ExportWrapper
-from training.detectors.maskrcnn.model import IMAGENET_MEAN, IMAGENET_STD, PAD_VALUE, normalize
+from training.detectors.maskrcnn.model import PAD_VALUE, normalize
 from training.postprocess import Detections, PostprocessSettings, non_max_suppression
 
 FEATURE_NAMES = ("0", "1", "2", "3", "pool")  # torchvision's FPN output keys
@@ -301,14 +301,6 @@ class MaskRCNNWrapper(ExportWrapper):
         self.network = MaskRCNNNetwork(model, self.level_shapes).eval()
 
     # ------------------------------------------------------------------ metadata
-    @property
-    def input_size(self) -> tuple[int, int]:
-        return self.image_size, self.image_size
-
-    @property
-    def mean_std(self) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
-        return IMAGENET_MEAN, IMAGENET_STD
-
     @property
     def num_proposals(self) -> int:
         rpn = self.model.rpn  # in eval mode: its test-time top-n

@@ -35,10 +35,9 @@ from torchvision.models.detection.backbone_utils import _resnet_fpn_extractor
 from torchvision.models.detection.image_list import ImageList
 from torchvision.ops import misc as misc_nn_ops
 
+from training.data.imagenet import IMAGENET_MEAN, IMAGENET_STD
 from training.data.letterbox import mean_pad_value
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 # The letterbox fill: the ImageNet mean in 0-255, so padding normalizes to ~0 like torchvision's batch
 # padding (which pads the normalized image with zeros).
 PAD_VALUE = mean_pad_value(IMAGENET_MEAN)

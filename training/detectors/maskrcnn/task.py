@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 from torchvision.models.detection import MaskRCNN
 
-from training.detectors.maskrcnn.data import MaskRCNNTrainLoader, build_eval_loader
+from training.detectors.maskrcnn.data import build_eval_loader, maskrcnn_train_loader
 from training.detectors.maskrcnn.model import (
     PAD_VALUE,
     detect,
@@ -24,7 +24,7 @@ from training.detectors.maskrcnn.model import (
     maskrcnn_resnet50_fpn_v2,
     normalize,
 )
-from training.detectors.task import Batch, Prediction, TrainLoader, reject_scale_jitter
+from training.detectors.task import Batch, LoaderRequest, Prediction, TrainLoader, reject_scale_jitter
 
 DEFAULT_IMAGE_SIZE = 1088
 
@@ -54,27 +54,16 @@ class MaskRCNNTask:
         return MaskRCNNLoss()
 
     def train_loader(
-        self,
-        kind: str,
-        root: str,
-        split: str,
-        batch_size: int,
-        workers: int,
-        seed: int,
-        rank: int,
-        world: int,
-        scale_jitter: tuple[float, float] | None = None,
+        self, request: LoaderRequest, scale_jitter: tuple[float, float] | None = None
     ) -> TrainLoader:
         reject_scale_jitter(self.model_name, scale_jitter)
-        if kind != "torch":
+        if request.kind != "torch":
             raise ValueError(
-                f"{self.model_name} trains with the plain PyTorch pipeline (--pipeline torch), not {kind!r}: "
+                f"{self.model_name} trains with the plain PyTorch pipeline (--pipeline torch), "
+                f"not {request.kind!r}: "
                 "its augmentation transforms instance masks with the image"
             )
-        loader = MaskRCNNTrainLoader(
-            root, split, self.input_size[0], batch_size, workers, seed, rank=rank, world_size=world
-        )
-        return cast(TrainLoader, loader)
+        return maskrcnn_train_loader(request, self.input_size[0])
 
     def eval_loader(self, root: str, split: str, batch_size: int, workers: int) -> Iterable[Batch]:
         return build_eval_loader(root, split, self.input_size[0], PAD_VALUE, batch_size, workers)

@@ -7,6 +7,7 @@ thresholds.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import ClassVar
 
 import numpy as np
@@ -19,10 +20,8 @@ from training.detectors.export import ExportWrapper
 from training.detectors.ssd300.default_boxes import default_boxes_xywh
 from training.detectors.ssd300.loss import BOX_CODE_WEIGHTS
 from training.detectors.ssd300.model import SSD300
-from training.detectors.ssd300.postprocess import PostprocessConfig, postprocess
+from training.detectors.ssd300.postprocess import EVAL_SETTINGS, postprocess
 from training.detectors.ssd300.transforms import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
     normalize_to_tensor,
     resize_image,
 )
@@ -55,26 +54,13 @@ class SSD300Wrapper(ExportWrapper):
         if not isinstance(self.network, SSD300):
             raise TypeError(f"ssd300 checkpoint built a {type(self.network).__name__}, not SSD300")
         self.boxes_config = self.network.boxes
+        self.image_size = self.boxes_config.fig_size
         self.dboxes_xywh = default_boxes_xywh(self.boxes_config)  # (A, 4)
-
-    @property
-    def input_size(self) -> tuple[int, int]:
-        return self.boxes_config.fig_size, self.boxes_config.fig_size
-
-    @property
-    def mean_std(self) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
-        return IMAGENET_MEAN, IMAGENET_STD
 
     @property
     def default_settings(self) -> PostprocessSettings:
         # Training's evaluation thresholds, but K = 100 per image for serving (evaluation keeps 200).
-        ref = PostprocessConfig()
-        return PostprocessSettings(
-            score_threshold=ref.score_threshold,
-            iou_threshold=ref.iou_threshold,
-            topk_per_class=ref.topk_per_class,
-            max_detections=100,
-        )
+        return dataclasses.replace(EVAL_SETTINGS, max_detections=100)
 
     @property
     def num_anchors(self) -> int:
@@ -93,14 +79,8 @@ class SSD300Wrapper(ExportWrapper):
 
     def eager_detections(self, raw: tuple[Tensor, ...], settings: PostprocessSettings) -> list[Detections]:
         locs, confs = raw
-        cfg = PostprocessConfig(
-            score_threshold=settings.score_threshold,
-            iou_threshold=settings.iou_threshold,
-            topk_per_class=settings.topk_per_class,
-            max_detections=settings.max_detections,
-        )
         return [
             # contiguous label 1..C -> label index 0..C-1
             Detections(r["boxes"].numpy(), r["scores"].numpy(), r["labels"].numpy() - 1)
-            for r in postprocess(locs, confs, self.dboxes_xywh, cfg)
+            for r in postprocess(locs, confs, self.dboxes_xywh, settings)
         ]

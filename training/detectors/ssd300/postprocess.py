@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor
 from torchvision.ops import nms
 
 from training.box_ops import decode_boxes, xywh_to_xyxy
 from training.detectors.ssd300.loss import BOX_CODE_WEIGHTS
+from training.postprocess import PostprocessSettings
 
-
-@dataclass(frozen=True)
-class PostprocessConfig:
-    score_threshold: float = 0.05
-    iou_threshold: float = 0.5
-    topk_per_class: int = 200
-    max_detections: int = 200
+# Training's evaluation settings (NVIDIA's): 200 candidates per class, 200 detections per image.
+EVAL_SETTINGS = PostprocessSettings(
+    score_threshold=0.05, iou_threshold=0.5, topk_per_class=200, max_detections=200
+)
 
 
 def decode_predictions(locs: Tensor, confs: Tensor, dboxes_xywh: Tensor) -> tuple[Tensor, Tensor]:
@@ -27,7 +23,7 @@ def decode_predictions(locs: Tensor, confs: Tensor, dboxes_xywh: Tensor) -> tupl
 
 
 def postprocess(
-    locs: Tensor, confs: Tensor, dboxes_xywh: Tensor, cfg: PostprocessConfig | None = None
+    locs: Tensor, confs: Tensor, dboxes_xywh: Tensor, cfg: PostprocessSettings = EVAL_SETTINGS
 ) -> list[dict[str, Tensor]]:
     """Per image ``{"boxes": [K, 4] xyxy normalized, "scores": [K], "labels": [K] int64 (1..C)}``.
 
@@ -37,7 +33,6 @@ def postprocess(
     ``class x max coordinate`` to every box, and a young model's boxes (size codes are not clamped before
     ``exp``, as in NVIDIA's reference) can be 1e15 wide, which rounds small boxes' IoU to nonsense.
     """
-    cfg = cfg or PostprocessConfig()
     boxes, probs = decode_predictions(locs, confs, dboxes_xywh)
     results = []
     for img_boxes, img_probs in zip(boxes, probs, strict=True):

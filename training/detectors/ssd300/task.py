@@ -9,11 +9,18 @@ import torch
 from torch import Tensor, nn
 
 from training.detectors.ssd300.default_boxes import default_boxes_xywh
-from training.detectors.ssd300.loaders import build_ssd_eval_loader, build_ssd_train_loader
+from training.detectors.ssd300.loaders import build_ssd_eval_loader, ssd_train_loader
 from training.detectors.ssd300.loss import SSDLoss
 from training.detectors.ssd300.model import SSD300
-from training.detectors.ssd300.postprocess import PostprocessConfig, postprocess
-from training.detectors.task import Batch, Prediction, TrainLoader, reject_scale_jitter
+from training.detectors.ssd300.postprocess import EVAL_SETTINGS, postprocess
+from training.detectors.task import (
+    Batch,
+    LoaderRequest,
+    Prediction,
+    TrainLoader,
+    images_to,
+    reject_scale_jitter,
+)
 
 
 class SSD300Task:
@@ -23,7 +30,7 @@ class SSD300Task:
     def __init__(self, model_args: dict[str, Any]) -> None:
         self.model_args = model_args
         self.dboxes = default_boxes_xywh()
-        self.post = PostprocessConfig()
+        self.post = EVAL_SETTINGS
 
     def build_model(self, backbone_weights: str | None = None) -> nn.Module:
         return SSD300(**self.model_args, backbone_weights=backbone_weights)
@@ -32,39 +39,17 @@ class SSD300Task:
         return SSDLoss(self.dboxes)
 
     def train_loader(
-        self,
-        kind: str,
-        root: str,
-        split: str,
-        batch_size: int,
-        workers: int,
-        seed: int,
-        rank: int,
-        world: int,
-        scale_jitter: tuple[float, float] | None = None,
+        self, request: LoaderRequest, scale_jitter: tuple[float, float] | None = None
     ) -> TrainLoader:
         reject_scale_jitter(self.model_name, scale_jitter)
-        return cast(
-            TrainLoader,
-            build_ssd_train_loader(
-                kind,  # type: ignore[arg-type]
-                root,
-                split,
-                batch_size=batch_size,
-                workers=workers,
-                seed=seed,
-                rank=rank,
-                world_size=world,
-            ),
-        )
+        return ssd_train_loader(request)
 
     def eval_loader(self, root: str, split: str, batch_size: int, workers: int) -> Iterable[Batch]:
         return build_ssd_eval_loader(root, split, batch_size=batch_size, workers=workers)
 
     def loss(self, model: nn.Module, criterion: nn.Module, batch: Batch, device: torch.device) -> Tensor:
         images, boxes, labels = batch
-        memory_format = torch.channels_last if _is_channels_last(model) else torch.contiguous_format
-        images = images.to(device, non_blocking=True).contiguous(memory_format=memory_format)
+        images = images_to(images, model, device)
         locs, confs = model(images)
         return criterion(
             locs, confs, boxes.to(device, non_blocking=True), labels.to(device, non_blocking=True)
@@ -75,8 +60,3 @@ class SSD300Task:
         locs, confs = model(images)
         results = postprocess(locs, confs, self.dboxes.to(locs.device), self.post)
         return [cast(Prediction, r) for r in results]
-
-
-def _is_channels_last(model: nn.Module) -> bool:
-    weight = next((p for p in model.parameters() if p.dim() == 4), None)
-    return weight is not None and weight.is_contiguous(memory_format=torch.channels_last)

@@ -22,6 +22,9 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor
 
+from training.data.imagenet import IMAGENET_MEAN, IMAGENET_STD
+from training.data.rng import WorkerRng
+
 __all__ = [
     "IMAGENET_MEAN",
     "IMAGENET_STD",
@@ -34,8 +37,6 @@ __all__ = [
     "resize_image",
 ]
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 # SSD's crop modes: None = keep the whole image; a number = every box must overlap the crop with IoU
 # above it. DALI's random_bbox_crop with allow_no_crop=True chooses among the same seven uniformly.
 IOU_CROP_OPTIONS: tuple[float | None, ...] = (None, 0.0, 0.1, 0.3, 0.5, 0.7, 0.9)
@@ -160,24 +161,13 @@ def _as_output(
 class SSDTrainTransform:
     """SSD training augmentation, then ``size x size`` normalized tensor (see the module docstring).
 
-    Randomness: a numpy Generator seeded from ``(seed, torch.initial_seed())``, re-created whenever
-    ``torch.initial_seed()`` changes. Inside DataLoader workers that value is the loader's per-epoch base
-    seed plus the worker id, so every worker and epoch draws a different, reproducible stream; in the main
-    process the stream simply continues.
+    Randomness: :class:`training.data.rng.WorkerRng` (reproducible per worker and epoch).
     """
 
     def __init__(self, size: int = 300, seed: int | None = None) -> None:
         self.size = size
         self.seed = seed
-        self._rng: np.random.Generator | None = None
-        self._rng_key: int | None = None
-
-    def _generator(self) -> np.random.Generator:
-        key = torch.initial_seed()
-        if self._rng is None or key != self._rng_key:
-            entropy = [key] if self.seed is None else [self.seed, key]
-            self._rng, self._rng_key = np.random.default_rng(entropy), key
-        return self._rng
+        self._generator = WorkerRng(seed)
 
     def __call__(self, image: NDArray[np.uint8], target: dict[str, Any]) -> tuple[Tensor, dict[str, Any]]:
         rng = self._generator()

@@ -19,14 +19,12 @@ from torch import Tensor, nn
 from training.checkpoint import Checkpoint
 from training.detectors.export import ExportWrapper
 from training.detectors.ssd300.transforms import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
     normalize_to_tensor,
     resize_image,
 )
 from training.detectors.ssd320.anchors import generate_anchors_xywh
 from training.detectors.ssd320.model import SSD320
-from training.detectors.ssd320.postprocess import PostprocessConfig, decode_predictions, postprocess
+from training.detectors.ssd320.postprocess import EVAL_SETTINGS, decode_predictions, postprocess
 from training.postprocess import Detections, PostprocessSettings
 
 
@@ -57,22 +55,8 @@ class SSD320Wrapper(ExportWrapper):
         self.anchors_xywh = generate_anchors_xywh(self.network.anchors)  # (A, 4)
 
     @property
-    def input_size(self) -> tuple[int, int]:
-        return self.image_size, self.image_size
-
-    @property
-    def mean_std(self) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
-        return IMAGENET_MEAN, IMAGENET_STD
-
-    @property
     def default_settings(self) -> PostprocessSettings:
-        ref = PostprocessConfig()
-        return PostprocessSettings(
-            score_threshold=ref.score_threshold,
-            iou_threshold=ref.iou_threshold,
-            topk_per_class=ref.topk_per_class,
-            max_detections=ref.max_detections,
-        )
+        return EVAL_SETTINGS
 
     @property
     def num_anchors(self) -> int:
@@ -89,14 +73,8 @@ class SSD320Wrapper(ExportWrapper):
 
     def eager_detections(self, raw: tuple[Tensor, ...], settings: PostprocessSettings) -> list[Detections]:
         box_regression, cls_logits = raw
-        cfg = PostprocessConfig(
-            score_threshold=settings.score_threshold,
-            iou_threshold=settings.iou_threshold,
-            topk_per_class=settings.topk_per_class,
-            max_detections=settings.max_detections,
-        )
         return [
             # contiguous label 1..C -> label index 0..C-1
             Detections(r["boxes"].numpy(), r["scores"].numpy(), r["labels"].numpy() - 1)
-            for r in postprocess(box_regression, cls_logits, self.anchors_xywh, cfg)
+            for r in postprocess(box_regression, cls_logits, self.anchors_xywh, settings)
         ]

@@ -11,7 +11,6 @@ The exported graph (``training.detectors.ssd320.export``) computes exactly this 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -19,18 +18,17 @@ from torchvision.ops import batched_nms
 
 from training.box_ops import decode_boxes, xywh_to_xyxy
 from training.detectors.ssd320.loss import BOX_CODE_WEIGHTS
+from training.postprocess import PostprocessSettings
 
 # Size codes are clamped before exp (torchvision's bound, log(1000 / 16)) so an untrained head cannot
 # overflow; trained models never come near it.
 MAX_LOG_WH = math.log(1000.0 / 16)
 
 
-@dataclass(frozen=True)
-class PostprocessConfig:
-    score_threshold: float = 1e-8
-    iou_threshold: float = 0.6
-    topk_per_class: int = 100
-    max_detections: int = 100
+# TF's post-processing (the NVIDIA SSD320 config): sigmoid scores, 100 per class, NMS at 0.6, 100 per image.
+EVAL_SETTINGS = PostprocessSettings(
+    score_threshold=1e-8, iou_threshold=0.6, topk_per_class=100, max_detections=100
+)
 
 
 def decode_predictions(
@@ -43,14 +41,13 @@ def decode_predictions(
 
 
 def postprocess(
-    box_regression: Tensor, cls_logits: Tensor, anchors_xywh: Tensor, cfg: PostprocessConfig | None = None
+    box_regression: Tensor, cls_logits: Tensor, anchors_xywh: Tensor, cfg: PostprocessSettings = EVAL_SETTINGS
 ) -> list[dict[str, Tensor]]:
     """Per image ``{"boxes": [K, 4] xyxy normalized, "scores": [K], "labels": [K] int64 (1..C)}``.
 
     Per class the ``topk_per_class`` best anchors with score > ``score_threshold`` are candidates; NMS
     runs per class; the best ``max_detections`` survivors are returned, scores descending.
     """
-    cfg = cfg or PostprocessConfig()
     boxes, scores = decode_predictions(box_regression, cls_logits, anchors_xywh)
     num_anchors, num_classes = scores.shape[1:]
     k = min(cfg.topk_per_class, num_anchors)

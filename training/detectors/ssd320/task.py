@@ -14,13 +14,20 @@ from typing import Any, cast
 import torch
 from torch import Tensor, nn
 
-from training.detectors.ssd300.loaders import TorchSSDLoader, build_ssd_eval_loader
+from training.detectors.ssd300.loaders import build_ssd_eval_loader, ssd_train_loader
 from training.detectors.ssd320.anchors import AnchorConfig, generate_anchors_xywh, generate_anchors_xyxy
 from training.detectors.ssd320.loss import FocalLoss
 from training.detectors.ssd320.model import SSD320
-from training.detectors.ssd320.postprocess import PostprocessConfig, postprocess
+from training.detectors.ssd320.postprocess import EVAL_SETTINGS, postprocess
 from training.detectors.ssd320.transforms import SSD320TrainTransform
-from training.detectors.task import Batch, Prediction, TrainLoader, reject_scale_jitter
+from training.detectors.task import (
+    Batch,
+    LoaderRequest,
+    Prediction,
+    TrainLoader,
+    images_to,
+    reject_scale_jitter,
+)
 
 
 class SSD320Task:
@@ -32,7 +39,7 @@ class SSD320Task:
         self.anchor_config = AnchorConfig(image_size=self.image_size)
         self.anchors_xywh = generate_anchors_xywh(self.anchor_config)
         self.anchors_xyxy = generate_anchors_xyxy(self.anchor_config)
-        self.post = PostprocessConfig()
+        self.post = EVAL_SETTINGS
 
     def build_model(self, backbone_weights: str | None = None) -> nn.Module:
         return SSD320(**self.model_args, backbone_weights=backbone_weights)
@@ -41,50 +48,18 @@ class SSD320Task:
         return FocalLoss(self.anchors_xywh)
 
     def train_loader(
-        self,
-        kind: str,
-        root: str,
-        split: str,
-        batch_size: int,
-        workers: int,
-        seed: int,
-        rank: int,
-        world: int,
-        scale_jitter: tuple[float, float] | None = None,
+        self, request: LoaderRequest, scale_jitter: tuple[float, float] | None = None
     ) -> TrainLoader:
         reject_scale_jitter(self.model_name, scale_jitter)
-        if not 0 <= rank < world:
-            raise ValueError(f"rank {rank} is outside 0..{world - 1}")
-        if kind == "torch":
-            return TorchSSDLoader(
-                root,
-                split,
-                batch_size,
-                workers,
-                seed,
-                rank,
-                world,
-                transforms=SSD320TrainTransform(self.image_size, seed),
-                anchors_xyxy=self.anchors_xyxy,
-            )
-        if kind == "dali":
-            from training.data.dali_ssd import DaliSSDLoader
-            from training.detectors.ssd320.dali import build_ssd320_train_pipeline
+        from training.detectors.ssd320.dali import TF_RANDOM_CROP
 
-            return DaliSSDLoader(
-                root,
-                split,
-                batch_size,
-                num_threads=max(1, workers),
-                seed=seed,
-                shard_id=rank,
-                num_shards=world,
-                device_id=torch.cuda.current_device() if torch.cuda.is_available() else None,
-                size=self.image_size,
-                pipeline=build_ssd320_train_pipeline,
-                anchors_xyxy=self.anchors_xyxy,
-            )
-        raise ValueError(f"unknown loader kind {kind!r}; expected 'dali' or 'torch'")
+        return ssd_train_loader(
+            request,
+            size=self.image_size,
+            transforms=SSD320TrainTransform(self.image_size, request.seed),
+            anchors_xyxy=self.anchors_xyxy,
+            dali_options={"crop": TF_RANDOM_CROP, "color_twist": False},
+        )
 
     def eval_loader(self, root: str, split: str, batch_size: int, workers: int) -> Iterable[Batch]:
         return build_ssd_eval_loader(
@@ -93,8 +68,7 @@ class SSD320Task:
 
     def loss(self, model: nn.Module, criterion: nn.Module, batch: Batch, device: torch.device) -> Tensor:
         images, boxes, labels = batch
-        memory_format = torch.channels_last if _is_channels_last(model) else torch.contiguous_format
-        images = images.to(device, non_blocking=True).contiguous(memory_format=memory_format)
+        images = images_to(images, model, device)
         box_regression, cls_logits = model(images)
         return criterion(
             box_regression,
@@ -110,8 +84,3 @@ class SSD320Task:
             box_regression, cls_logits, self.anchors_xywh.to(box_regression.device), self.post
         )
         return [cast(Prediction, r) for r in results]
-
-
-def _is_channels_last(model: nn.Module) -> bool:
-    weight = next((p for p in model.parameters() if p.dim() == 4), None)
-    return weight is not None and weight.is_contiguous(memory_format=torch.channels_last)

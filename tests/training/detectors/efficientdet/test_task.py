@@ -115,11 +115,14 @@ def test_missing_backbone_choice_is_a_clear_cli_error(
 
 
 def test_scale_jitter_reaches_the_training_transform(tiny_coco: Path) -> None:
+    from training.data.loader import LoaderRequest
     from training.detectors.efficientdet.task import EfficientDetTask
 
     task = EfficientDetTask({"num_classes": 3, "backbone": "efficientnet_b0", "image_size": 128})
-    default = task.train_loader("torch", str(tiny_coco), "train", 2, 0, 0, 0, 1)
-    narrow = task.train_loader("torch", str(tiny_coco), "train", 2, 0, 0, 0, 1, scale_jitter=(0.5, 1.5))
+    default = task.train_loader(LoaderRequest("torch", str(tiny_coco), "train", 2, 0, 0, 0, 1))
+    narrow = task.train_loader(
+        LoaderRequest("torch", str(tiny_coco), "train", 2, 0, 0, 0, 1), scale_jitter=(0.5, 1.5)
+    )
     assert default.dataset.transforms.scale_range == (0.1, 2.0)  # type: ignore[attr-defined]
     assert narrow.dataset.transforms.scale_range == (0.5, 1.5)  # type: ignore[attr-defined]
 

@@ -16,7 +16,8 @@ import torch
 
 from training.data.coco import CocoDetection
 from training.data.letterbox import letterbox_geometry
-from training.detectors.efficientdet.loaders import build_efficientdet_train_loader
+from training.data.loader import LoaderRequest
+from training.detectors.efficientdet.loaders import efficientdet_train_loader
 from training.detectors.efficientdet.transforms import (
     EFFICIENTDET_PAD_VALUE,
     EfficientDetEvalTransform,
@@ -111,8 +112,8 @@ def test_eval_transform_letterboxes_with_the_mean(red_boxes: Path) -> None:
 
 
 def test_padded_batches(red_boxes: Path) -> None:
-    loader = build_efficientdet_train_loader(
-        "torch", red_boxes, "train", size=SIZE, batch_size=3, workers=0, seed=0
+    loader = efficientdet_train_loader(
+        LoaderRequest("torch", red_boxes, "train", batch_size=3, workers=0, seed=0), size=SIZE
     )
     images, boxes, labels = next(iter(loader))
     assert images.shape == (3, 3, SIZE, SIZE)
@@ -137,8 +138,8 @@ def test_dali_without_jitter_equals_the_torch_letterbox(red_boxes: Path) -> None
 
 def test_dali_train_pipeline_boxes_follow_the_pixels(red_boxes: Path) -> None:
     pytest.importorskip("nvidia.dali")
-    loader = build_efficientdet_train_loader(
-        "dali", red_boxes, "train", size=SIZE, batch_size=3, workers=1, seed=5
+    loader = efficientdet_train_loader(
+        LoaderRequest("dali", red_boxes, "train", batch_size=3, workers=1, seed=5), size=SIZE
     )
     for _, (images, boxes, labels) in zip(range(6), loader, strict=False):
         assert images.shape == (3, 3, SIZE, SIZE) and labels.dtype == torch.int64

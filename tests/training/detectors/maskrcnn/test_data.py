@@ -7,11 +7,12 @@ import torch
 
 from training.data.coco import CocoDetection
 from training.data.letterbox import Letterbox
+from training.data.loader import LoaderRequest
 from training.detectors.maskrcnn.data import (
     MaskRCNNEvalTransform,
-    MaskRCNNTrainLoader,
     MaskRCNNTrainTransform,
     collate_train,
+    maskrcnn_train_loader,
 )
 
 
@@ -42,7 +43,7 @@ def test_flip_and_jitter_move_masks_with_their_boxes(synthetic_root: Path) -> No
 
 
 def test_train_batches_and_letterboxed_eval(synthetic_root: Path) -> None:
-    loader = MaskRCNNTrainLoader(synthetic_root, "train", 96, batch_size=3, workers=0, seed=0)
+    loader = maskrcnn_train_loader(LoaderRequest("torch", synthetic_root, "train", 3, 0, 0), 96)
     images, sizes, targets = next(iter(loader))
     assert images.dtype == torch.uint8 and images.shape[0] == 3 and images.shape[3] == 3
     assert images.shape[1] % 32 == 0 and images.shape[2] % 32 == 0

@@ -9,6 +9,7 @@ from training.arguments import config_from_args
 from training.checkpoint import load_checkpoint
 from training.cli import build_parser
 from training.config import PRESETS, make_config
+from training.data.loader import LoaderRequest
 from training.detectors.registry import get_task
 from training.train import main as train_main
 
@@ -62,7 +63,7 @@ def test_predictions_carry_low_resolution_masks(tiny_coco: Path) -> None:
         assert pred["boxes"].shape == (k, 4) and pred["masks"].shape == (k, 28, 28)
         assert bool(((pred["boxes"] >= 0.0) & (pred["boxes"] <= 1.0 + 1e-6)).all())  # normalized
     with pytest.raises(ValueError, match="--pipeline torch"):
-        task.train_loader("dali", str(tiny_coco), "train", 2, 0, 0, 0, 1)
+        task.train_loader(LoaderRequest("dali", str(tiny_coco), "train", 2, 0, 0, 0, 1))
 
 
 def test_presets_parse_and_the_coco_recipe_is_torchvisions() -> None:

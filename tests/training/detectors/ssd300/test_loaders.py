@@ -8,8 +8,9 @@ import torch
 
 from training.box_ops import xyxy_to_xywh
 from training.data.coco import CocoDetection
+from training.data.loader import LoaderRequest
 from training.detectors.ssd300.default_boxes import default_boxes_xyxy
-from training.detectors.ssd300.loaders import build_ssd_eval_loader, build_ssd_train_loader
+from training.detectors.ssd300.loaders import build_ssd_eval_loader, ssd_train_loader
 
 KINDS: list[Literal["dali", "torch"]] = ["torch"]
 try:
@@ -22,7 +23,7 @@ except ImportError:  # pragma: no cover - DALI is in the train extra
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_train_loaders_share_one_contract(kind: Literal["dali", "torch"], synthetic_root: Path) -> None:
-    loader = build_ssd_train_loader(kind, synthetic_root, "train", batch_size=3, workers=1, seed=0)
+    loader = ssd_train_loader(LoaderRequest(kind, synthetic_root, "train", batch_size=3, workers=1, seed=0))
     assert len(loader) == 10 // 3
     default_xywh = xyxy_to_xywh(default_boxes_xyxy())
     loader.set_epoch(0)
@@ -42,7 +43,9 @@ def test_train_loaders_share_one_contract(kind: Literal["dali", "torch"], synthe
 
 def test_torch_loader_epochs_are_reproducible(synthetic_root: Path) -> None:
     """Worker processes, per-epoch seeds: the same epoch replays exactly, another epoch differs."""
-    loader = build_ssd_train_loader("torch", synthetic_root, "train", batch_size=4, workers=2, seed=3)
+    loader = ssd_train_loader(
+        LoaderRequest("torch", synthetic_root, "train", batch_size=4, workers=2, seed=3)
+    )
 
     def first_batch(epoch: int) -> tuple[torch.Tensor, torch.Tensor]:
         loader.set_epoch(epoch)
@@ -57,8 +60,10 @@ def test_torch_loader_epochs_are_reproducible(synthetic_root: Path) -> None:
 def test_torch_loader_shards_for_ddp(synthetic_root: Path) -> None:
     lengths, seen = [], []
     for rank in range(2):
-        loader = build_ssd_train_loader(
-            "torch", synthetic_root, "train", batch_size=2, workers=0, seed=0, rank=rank, world_size=2
+        loader = ssd_train_loader(
+            LoaderRequest(
+                "torch", synthetic_root, "train", batch_size=2, workers=0, seed=0, rank=rank, world_size=2
+            )
         )
         loader.set_epoch(0)
         lengths.append(len(loader))
@@ -70,9 +75,9 @@ def test_torch_loader_shards_for_ddp(synthetic_root: Path) -> None:
 
 def test_bad_arguments(synthetic_root: Path) -> None:
     with pytest.raises(ValueError, match="unknown loader kind 'tf'"):
-        build_ssd_train_loader("tf", synthetic_root, "train", 2, 0, 0)  # type: ignore[arg-type]
+        ssd_train_loader(LoaderRequest("tf", synthetic_root, "train", 2, 0, 0))
     with pytest.raises(ValueError, match="rank 2"):
-        build_ssd_train_loader("torch", synthetic_root, "train", 2, 0, 0, rank=2, world_size=2)
+        ssd_train_loader(LoaderRequest("torch", synthetic_root, "train", 2, 0, 0, rank=2, world_size=2))
 
 
 def test_eval_loader(synthetic_root: Path) -> None:
@@ -94,7 +99,7 @@ def test_eval_loader(synthetic_root: Path) -> None:
 @pytest.mark.parametrize("kind", KINDS)
 def test_train_loaders_skip_crowd_and_empty_images(kind: Literal["dali", "torch"], coco2017: Path) -> None:
     """Real-COCO quirks: a crowd box, a degenerate box, a box sticking out of the image."""
-    loader = build_ssd_train_loader(kind, coco2017, "train2017", batch_size=1, workers=0, seed=0)
+    loader = ssd_train_loader(LoaderRequest(kind, coco2017, "train2017", batch_size=1, workers=0, seed=0))
     assert len(loader) == 1  # only image 9 has usable boxes
     for epoch in range(3):
         loader.set_epoch(epoch)

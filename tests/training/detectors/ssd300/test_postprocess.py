@@ -1,9 +1,11 @@
+import dataclasses
+
 import torch
 
 from training.box_ops import encode_boxes
 from training.detectors.ssd300.default_boxes import default_boxes_xywh
 from training.detectors.ssd300.loss import BOX_CODE_WEIGHTS
-from training.detectors.ssd300.postprocess import PostprocessConfig, postprocess
+from training.detectors.ssd300.postprocess import EVAL_SETTINGS, postprocess
 
 
 def test_recovers_encoded_objects_and_suppresses_duplicates() -> None:
@@ -20,7 +22,7 @@ def test_recovers_encoded_objects_and_suppresses_duplicates() -> None:
         confs[0, :, idx] = -10.0
         confs[0, cls, idx] = 10.0
     locs = encode_boxes(target, dboxes, BOX_CODE_WEIGHTS).T.unsqueeze(0)
-    (result,) = postprocess(locs, confs, dboxes, PostprocessConfig())
+    (result,) = postprocess(locs, confs, dboxes, EVAL_SETTINGS)
     assert result["labels"].tolist() == [2, 1] or result["labels"].tolist() == [1, 2]
     assert len(result["boxes"]) == 2
     expected = {2: torch.tensor([0.2, 0.2, 0.4, 0.4]), 1: torch.tensor([0.55, 0.55, 0.85, 0.85])}
@@ -34,7 +36,7 @@ def test_caps_detections_and_drops_low_scores() -> None:
     torch.manual_seed(0)
     locs = torch.randn(2, 4, 8732) * 0.1
     confs = torch.randn(2, 6, 8732)
-    results = postprocess(locs, confs, dboxes, PostprocessConfig(max_detections=50))
+    results = postprocess(locs, confs, dboxes, dataclasses.replace(EVAL_SETTINGS, max_detections=50))
     for r in results:
         assert len(r["boxes"]) <= 50
         assert bool((r["scores"] > 0.05).all())
@@ -58,5 +60,5 @@ def test_nms_stays_exact_next_to_a_huge_box_of_another_class() -> None:
         confs[0, :, idx] = -10.0
         confs[0, cls, idx] = 10.0 - 0.1 * (idx == 101)
     locs = encode_boxes(target, dboxes, BOX_CODE_WEIGHTS).T.unsqueeze(0)
-    (result,) = postprocess(locs, confs, dboxes, PostprocessConfig())
+    (result,) = postprocess(locs, confs, dboxes, EVAL_SETTINGS)
     assert sorted(result["labels"].tolist()) == [1, 2]

@@ -13,7 +13,7 @@ import torch
 
 from training.data.dali_ssd import DaliSSDLoader
 from training.detectors.ssd320.anchors import AnchorConfig, generate_anchors_xywh, generate_anchors_xyxy
-from training.detectors.ssd320.dali import build_ssd320_train_pipeline, tf_random_crop
+from training.detectors.ssd320.dali import TF_RANDOM_CROP, tf_random_crop
 
 pytest.importorskip("nvidia.dali", reason="DALI is in the train extra")
 
@@ -77,7 +77,8 @@ def test_loader_batches_match_the_ssd320_anchors(synthetic_root: Path) -> None:
         num_threads=1,
         seed=0,
         size=size,
-        pipeline=build_ssd320_train_pipeline,
+        crop=TF_RANDOM_CROP,
+        color_twist=False,
         anchors_xyxy=generate_anchors_xyxy(anchors),
     )
     images, boxes, labels = next(iter(loader))

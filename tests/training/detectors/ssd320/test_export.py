@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from detectors_testkit import CATEGORIES
-from exporters_testkit import ExportedArtifact, make_ssd320_checkpoint
+from detectors_testkit import CATEGORIES, make_ssd320_checkpoint
+from exporters_testkit import ExportedArtifact
 
 from exporters.coco_ap import coco_ap
 from exporters.compare import Detections, match_detections

@@ -4,7 +4,8 @@ import torch
 
 from training.box_ops import encode_boxes, xyxy_to_xywh
 from training.detectors.ssd320.loss import BOX_CODE_WEIGHTS
-from training.detectors.ssd320.postprocess import PostprocessConfig, decode_predictions, postprocess
+from training.detectors.ssd320.postprocess import decode_predictions, postprocess
+from training.postprocess import PostprocessSettings
 
 # Four anchors: 1 overlaps 0 with IoU 0.78 (> 0.6), 2 overlaps 0 with IoU 0.54 (< 0.6), 3 is apart.
 ANCHORS_XYXY = torch.tensor(
@@ -33,7 +34,7 @@ def test_per_class_nms_at_iou_06_sorted_with_labels_from_one() -> None:
     logits[0, 0, 0], logits[0, 1, 0], logits[0, 2, 0] = _logit(0.9), _logit(0.8), _logit(0.7)
     logits[0, 1, 1] = _logit(0.85)  # class 2 at anchor 1: another class, never suppressed by class 1
     logits[0, 3, 1] = _logit(0.6)
-    (result,) = postprocess(torch.zeros(1, 4, 4), logits, ANCHORS, PostprocessConfig(score_threshold=0.01))
+    (result,) = postprocess(torch.zeros(1, 4, 4), logits, ANCHORS, PostprocessSettings(score_threshold=0.01))
     assert result["labels"].tolist() == [1, 2, 1, 2]
     assert torch.allclose(result["scores"], torch.tensor([0.9, 0.85, 0.7, 0.6]))
     assert torch.allclose(result["boxes"][2], ANCHORS_XYXY[2])  # anchor 1 of class 1 suppressed, 2 kept
@@ -50,7 +51,7 @@ def test_topk_per_class_and_max_detections_bound_the_output() -> None:
             ]
         ]
     )
-    cfg = PostprocessConfig(score_threshold=1e-8, iou_threshold=1.0, topk_per_class=2, max_detections=3)
+    cfg = PostprocessSettings(score_threshold=1e-8, iou_threshold=1.0, topk_per_class=2, max_detections=3)
     (result,) = postprocess(torch.zeros(1, 4, 4), logits, ANCHORS, cfg)
     # class 1 keeps anchors 0, 3 (0.9, 0.8); class 2 keeps anchors 3, 2 (0.7, 0.6); the best 3 of those.
     assert torch.allclose(result["scores"], torch.tensor([0.9, 0.8, 0.7]))

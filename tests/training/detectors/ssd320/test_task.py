@@ -9,6 +9,7 @@ from training.arguments import config_from_args
 from training.checkpoint import load_checkpoint
 from training.cli import build_parser
 from training.config import PRESETS, make_config
+from training.data.loader import LoaderRequest
 from training.detectors.registry import get_task
 from training.detectors.ssd320.anchors import AnchorConfig
 from training.detectors.ssd320.model import SSD320
@@ -19,7 +20,7 @@ SIZE = 64  # anchors follow the input size: 6 x (8² + 4² + 2² + 1 + 1) = 516
 
 def test_torch_loader_yields_matched_targets_for_the_ssd320_anchors(tiny_coco: Path) -> None:
     task = get_task("ssd320")({"num_classes": 6, "backbone": "resnet18", "image_size": SIZE})
-    loader = task.train_loader("torch", str(tiny_coco), "train", 4, 0, 0, 0, 1)
+    loader = task.train_loader(LoaderRequest("torch", str(tiny_coco), "train", 4, 0, 0, 0, 1))
     images, boxes, labels = next(iter(loader))
     anchors = AnchorConfig(image_size=SIZE).num_anchors
     assert anchors == 516
