@@ -8,9 +8,10 @@ The pipeline (``exporters.onnx_export``) assembles every exported graph from the
         --DetectionPostprocess--> the manifest's output contract
         (mask models: --wrapper.mask_head--> detection_masks, from the raw outputs and the detections)
 
-so adding an architecture means one module with an :class:`ExportWrapper` subclass (metadata, the
-network, a decoder to the common layout, and the eager post-processing it must match) registered in
-``exporters.wrappers``.
+so an architecture adds one ``training/detectors/<name>/export.py`` with an :class:`ExportWrapper`
+subclass (metadata, the network, a decoder to the common layout, and the eager post-processing it must
+match), named by its registry entry (``training.detectors.registry``; ``exporters.wrappers.get_wrapper``
+looks it up there).
 """
 
 from __future__ import annotations
