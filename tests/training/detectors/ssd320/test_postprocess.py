@@ -1,10 +1,12 @@
 """SSD320 post-processing: decoding against the anchors, sigmoid scores, per-class NMS at IoU 0.6."""
 
+from dataclasses import replace
+
 import torch
 
 from training.box_ops import encode_boxes, xyxy_to_xywh
 from training.detectors.ssd320.loss import BOX_CODE_WEIGHTS
-from training.detectors.ssd320.postprocess import decode_predictions, postprocess
+from training.detectors.ssd320.postprocess import EVAL_SETTINGS, decode_predictions, postprocess
 from training.postprocess import PostprocessSettings
 
 # Four anchors: 1 overlaps 0 with IoU 0.78 (> 0.6), 2 overlaps 0 with IoU 0.54 (< 0.6), 3 is apart.
@@ -34,7 +36,9 @@ def test_per_class_nms_at_iou_06_sorted_with_labels_from_one() -> None:
     logits[0, 0, 0], logits[0, 1, 0], logits[0, 2, 0] = _logit(0.9), _logit(0.8), _logit(0.7)
     logits[0, 1, 1] = _logit(0.85)  # class 2 at anchor 1: another class, never suppressed by class 1
     logits[0, 3, 1] = _logit(0.6)
-    (result,) = postprocess(torch.zeros(1, 4, 4), logits, ANCHORS, PostprocessSettings(score_threshold=0.01))
+    (result,) = postprocess(
+        torch.zeros(1, 4, 4), logits, ANCHORS, replace(EVAL_SETTINGS, score_threshold=0.01)
+    )
     assert result["labels"].tolist() == [1, 2, 1, 2]
     assert torch.allclose(result["scores"], torch.tensor([0.9, 0.85, 0.7, 0.6]))
     assert torch.allclose(result["boxes"][2], ANCHORS_XYXY[2])  # anchor 1 of class 1 suppressed, 2 kept
