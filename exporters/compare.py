@@ -18,12 +18,22 @@ must be equal (the same infinity). Arithmetic on such boxes runs in float64 with
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from service.manifest import MASK_OUTPUT
+from training.postprocess import Detections
+
+__all__ = [
+    "Detections",
+    "box_errors",
+    "contract_problems",
+    "mask_errors",
+    "match_detections",
+    "raw_errors",
+    "summarize_matches",
+]
 
 _DTYPES = {
     "num_detections": np.int32,
@@ -32,33 +42,6 @@ _DTYPES = {
     "detection_classes": np.int32,
     MASK_OUTPUT: np.float32,
 }
-
-
-@dataclass(frozen=True)
-class Detections:
-    """One image's detections: ``boxes [N, 4]`` normalized x1y1x2y2, ``scores [N]``, ``classes [N]``,
-    and for mask models ``masks [N, Mh, Mw]`` (low-resolution probabilities in each box's frame)."""
-
-    boxes: np.ndarray
-    scores: np.ndarray
-    classes: np.ndarray
-    masks: np.ndarray | None = None
-
-    @classmethod
-    def from_contract(cls, outputs: dict[str, np.ndarray]) -> list[Detections]:
-        """Split the padded contract outputs into per-image detections (rows < num_detections)."""
-        result = []
-        masks = outputs.get(MASK_OUTPUT)
-        for i, n in enumerate(outputs["num_detections"].reshape(-1).tolist()):
-            result.append(
-                cls(
-                    outputs["detection_boxes"][i, :n],
-                    outputs["detection_scores"][i, :n],
-                    outputs["detection_classes"][i, :n].astype(np.int64),
-                    None if masks is None else masks[i, :n],
-                )
-            )
-        return result
 
 
 def raw_errors(reference: np.ndarray, actual: np.ndarray) -> dict[str, float]:

@@ -24,7 +24,7 @@ import torch
 from training.checkpoint import Checkpoint, save_checkpoint
 from training.config import PRESETS, make_config
 from training.data.synthetic import CATEGORIES
-from training.models.registry import build_model
+from training.detectors.registry import build_model
 
 DEFAULT_PRESETS = ("ssd320-cpu-small", "efficientdet-d0-cpu-small", "maskrcnn-cpu-small")
 

@@ -18,8 +18,10 @@ from pathlib import Path
 
 import torch
 
-from training.data.loaders import SSDTrainLoader, build_ssd_train_loader
+from training.data.loader import LoaderRequest
+from training.data.loader import TrainLoader as SSDTrainLoader
 from training.data.synthetic import generate_dataset
+from training.detectors.ssd300.loaders import ssd_train_loader
 
 
 def get_args_parser() -> argparse.ArgumentParser:
@@ -78,8 +80,8 @@ def main(args: argparse.Namespace) -> None:
 
         def maker(kind: str) -> Callable[[], SSDTrainLoader]:
             if kind == "torch":
-                return lambda: build_ssd_train_loader(
-                    "torch", root, args.split, args.batch_size, args.workers, args.seed
+                return lambda: ssd_train_loader(
+                    LoaderRequest("torch", root, args.split, args.batch_size, args.workers, args.seed)
                 )
             from training.data.dali_ssd import DaliSSDLoader
 

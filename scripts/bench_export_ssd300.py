@@ -51,7 +51,7 @@ def worst_case_checkpoint(path: Path) -> Path:
 
     from training.checkpoint import Checkpoint, save_checkpoint
     from training.data.coco_categories import COCO_2017_CATEGORIES
-    from training.models.ssd300.model import SSD300
+    from training.detectors.ssd300.model import SSD300
 
     torch.manual_seed(0)
     model = SSD300(num_classes=80, backbone="resnet50").eval()

@@ -28,9 +28,9 @@ from exporters.compare import Detections, match_detections, summarize_matches
 from exporters.ort_cpu import cpu_session
 from exporters.verify import manifest_to_original, onnx_detector
 from exporters.wrappers import get_wrapper
-from exporters.wrappers.efficientdet import EfficientDetWrapper
 from training.checkpoint import load_checkpoint
-from training.models.efficientdet.effdet_compat import batch_detection, post_process_topk
+from training.detectors.efficientdet.effdet_compat import batch_detection, post_process_topk
+from training.detectors.efficientdet.export import EfficientDetWrapper
 from training.train import default_split
 
 EFFDET_TOPK = 5000

@@ -8,21 +8,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from training.config import PRESETS, TrainConfig, make_config
-
-# The registry's built-in architectures (``training.models.registry.model_names()``; a test keeps the two
-# equal). Listed here so building the parser imports no model code.
-MODEL_NAMES: tuple[str, ...] = (
-    "efficientdet-d0",
-    "maskrcnn_resnet50_fpn",
-    "maskrcnn_resnet50_fpn_v2",
-    "ssd300",
-    "ssd320",
-)
+from training.detectors.registry import model_names
 
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--preset", choices=sorted(PRESETS), help="named recipe; flags below override it")
-    parser.add_argument("--model", choices=MODEL_NAMES)
+    parser.add_argument("--model", choices=model_names())
     parser.add_argument("--backbone", help="resnet18 | resnet34 | resnet50 | resnet101 | resnet152")
     parser.add_argument("--backbone-weights", help="torchvision ImageNet weights file for the backbone")
     parser.add_argument(

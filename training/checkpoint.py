@@ -1,4 +1,4 @@
-"""Checkpoints that describe themselves, and loading of NVIDIA's published SSD300 layout.
+"""Checkpoints that describe themselves, and loading of other projects' published weight files.
 
 A checkpoint written here is a dict::
 
@@ -8,12 +8,11 @@ A checkpoint written here is a dict::
      "model": state_dict, "optimizer": ..., "scheduler": ..., "scaler": ..., "metrics": {...},
      "model_ema": state_dict or None}   # exponential moving average of the weights, when trained with one
 
-NVIDIA's SSD300 v1.1 files (``{"model": state_dict, "label_map": {label: name}, ...}``, keys optionally
-prefixed with ``module.``) load as an ``ssd300`` checkpoint with the backbone inferred from the weights.
-EfficientDet-D0 weight files of effdet and NVIDIA's PyTorch EfficientDet load as ``efficientdet-d0``
-checkpoints (see ``training.models.efficientdet.checkpoints``). torchvision's Mask R-CNN files (v1/v2 COCO
-weights, or its reference scripts' ``{"model": ...}``) load as ``maskrcnn_resnet50_fpn[_v2]`` checkpoints
-(see ``training.models.maskrcnn.weights``).
+Other projects' published weight files load through the readers their architecture registers
+(``training.detectors.registry.weight_readers``): NVIDIA's SSD300 v1.1 files as ``ssd300``
+(``training.detectors.ssd300.weights``), torchvision's Mask R-CNN files as ``maskrcnn_resnet50_fpn[_v2]``
+(``training.detectors.maskrcnn.weights``), effdet's and NVIDIA's EfficientDet-D0 files as ``efficientdet-d0``
+(``training.detectors.efficientdet.checkpoints``).
 """
 
 from __future__ import annotations
@@ -28,8 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from training.data.coco_categories import COCO_2017_CATEGORIES
-from training.models.registry import build_model
+from training.detectors.registry import build_model, weight_readers
 
 FORMAT = "detect-checkpoint/1"
 
@@ -132,60 +130,11 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
             metrics=raw.get("metrics") or {},
             model_ema=raw.get("model_ema"),
         )
-    if isinstance(raw.get("model"), dict) and any(
-        k.removeprefix("module.").startswith("feature_extractor.feature_extractor.") for k in raw["model"]
-    ):
-        return _from_nvidia_ssd300(raw, path)
-    from training.models.maskrcnn.weights import checkpoint_fields, is_torchvision_maskrcnn
-
-    nested = raw.get("model")
-    if is_torchvision_maskrcnn(nested if isinstance(nested, dict) else raw):
-        return Checkpoint(**checkpoint_fields(raw), source="torchvision-maskrcnn")
-    from training.models.efficientdet.checkpoints import efficientdet_checkpoint
-
-    effdet = efficientdet_checkpoint(raw, path)
-    if effdet is not None:
-        return effdet
+    for reader in weight_readers():
+        ckpt = reader(raw, path)
+        if ckpt is not None:
+            return ckpt
     raise CheckpointError(
         f"{path} is neither a {FORMAT} checkpoint nor NVIDIA's SSD300 layout nor an EfficientDet-D0 "
         f"or torchvision Mask R-CNN state dict (top-level keys: {sorted(raw)[:8]})"
-    )
-
-
-def _strip_module_prefix(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {k.removeprefix("module."): v for k, v in state.items()}
-
-
-def _nvidia_backbone(state: dict[str, torch.Tensor]) -> str:
-    layer3 = "feature_extractor.feature_extractor.6."
-    blocks = {int(k[len(layer3) :].split(".")[0]) for k in state if k.startswith(layer3)}
-    bottleneck = f"{layer3}0.conv3.weight" in state
-    by_depth = {(False, 2): "resnet18", (False, 6): "resnet34", (True, 6): "resnet50"}
-    by_depth |= {(True, 23): "resnet101", (True, 36): "resnet152"}
-    try:
-        return by_depth[(bottleneck, len(blocks))]
-    except KeyError:
-        raise CheckpointError(f"unrecognised SSD300 backbone: layer3 has {len(blocks)} blocks") from None
-
-
-def _from_nvidia_ssd300(raw: dict[str, Any], path: Path) -> Checkpoint:
-    state = _strip_module_prefix(raw["model"])
-    try:
-        conf0 = state["conf.0.weight"]
-    except KeyError:
-        raise CheckpointError(f"{path}: SSD300 state dict without conf.0.weight") from None
-    num_classes = conf0.shape[0] // 4 - 1  # first level has 4 default boxes per location
-    if num_classes == len(COCO_2017_CATEGORIES):
-        categories = [{"id": cid, "name": name} for cid, name in COCO_2017_CATEGORIES]
-    else:
-        names = raw.get("label_map") or {}
-        categories = [{"id": i, "name": str(names.get(i, f"class_{i}"))} for i in range(1, num_classes + 1)]
-    return Checkpoint(
-        model_name="ssd300",
-        model_args={"num_classes": num_classes, "backbone": _nvidia_backbone(state)},
-        categories=categories,
-        model=state,
-        epoch=int(raw.get("epoch", 0) or 0),
-        iteration=int(raw.get("iteration", 0) or 0),
-        source="nvidia-ssd300",
     )

@@ -1,4 +1,5 @@
-"""One training epoch and one evaluation pass, independent of the architecture (see ``training.tasks``)."""
+"""One training epoch and one evaluation pass, independent of the architecture
+(see ``training.detectors.registry``)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Iterable, Sized
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -16,9 +18,9 @@ from tqdm import tqdm
 from training.box_ops import xyxy_to_ltwh
 from training.coco_eval import CocoEvaluator
 from training.data.letterbox import Letterbox
+from training.detectors.task import Batch, DetectorTask, Prediction
 from training.ema import ModelEma
 from training.masks import masks_to_rles
-from training.tasks.base import Batch, DetectorTask, Prediction
 
 
 def autocast_context(device: torch.device, precision: str) -> contextlib.AbstractContextManager[Any]:
@@ -30,86 +32,96 @@ def autocast_context(device: torch.device, precision: str) -> contextlib.Abstrac
     return contextlib.nullcontext()
 
 
-def train_one_epoch(
-    *,
-    task: DetectorTask,
-    model: nn.Module,
-    criterion: nn.Module,
-    loader: Iterable[Batch],
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
-    scaler: torch.amp.GradScaler,
-    device: torch.device,
-    precision: str,
-    epoch: int,
-    start_iter: int,
-    max_iters: int | None,
-    log_interval: int,
-    world_size: int,
-    on_log: Callable[[dict[str, Any]], None],
-    show_progress: bool,
-    ema: ModelEma | None = None,
-    clip_grad_norm: float | None = None,
-) -> int:
-    """Train until the loader ends or ``max_iters`` is reached; returns the global iteration count.
+@dataclass
+class Trainer:
+    """What every training step of a run uses; built once (``training.train``), then one
+    :func:`train_one_epoch` call per epoch.
 
     With ``ema``, the moving average is updated after every optimizer step. With ``clip_grad_norm``, the
-    global L2 norm of the (unscaled) gradients is clipped to it before the step.
+    global L2 norm of the (unscaled) gradients is clipped to it before the step. ``world_size`` scales the
+    logged throughput; ``on_log`` receives a ``train`` record every ``log_interval`` steps.
     """
-    model.train()
-    iteration = start_iter
-    total = len(loader) if isinstance(loader, Sized) else None
-    if total is not None and max_iters is not None:  # the bar ends where the run will stop
-        total = max(0, min(total, max_iters - start_iter))
-    bar = tqdm(loader, total=total, desc=f"epoch {epoch}", disable=not show_progress, leave=False)
-    window_start, window_images, window_loss, window_steps = time.perf_counter(), 0, 0.0, 0
-    for batch in bar:
-        if max_iters is not None and iteration >= max_iters:
-            break
-        with autocast_context(device, precision):
-            loss = task.loss(model, criterion, batch, device)
+
+    task: DetectorTask
+    model: nn.Module
+    criterion: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    scaler: torch.amp.GradScaler
+    device: torch.device
+    precision: str = "fp32"
+    ema: ModelEma | None = None
+    clip_grad_norm: float | None = None
+    max_iters: int | None = None
+    log_interval: int = 20
+    world_size: int = 1
+    on_log: Callable[[dict[str, Any]], None] = field(default=lambda record: None)
+    show_progress: bool = False
+
+    def step(self, batch: Batch, iteration: int) -> float:
+        """One optimizer step on ``batch``; returns the loss."""
+        with autocast_context(self.device, self.precision):
+            loss = self.task.loss(self.model, self.criterion, batch, self.device)
         if not math.isfinite(loss.item()):
             raise FloatingPointError(f"loss is {loss.item()} at iteration {iteration}; stopping")
-        optimizer.zero_grad(set_to_none=True)
-        scaler.scale(loss).backward()
-        if clip_grad_norm is not None:
-            scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip_grad_norm)
-        scaler.step(optimizer)
-        scaler.update()
-        scheduler.step()
-        if ema is not None:
-            ema.update(model)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()
+        if self.clip_grad_norm is not None:
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad_norm)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.scheduler.step()
+        if self.ema is not None:
+            self.ema.update(self.model)
+        return float(loss.item())
+
+
+class _LossWindow:
+    """The mean loss and throughput of the steps since the last ``train`` record."""
+
+    def __init__(self) -> None:
+        self.start, self.images, self.loss, self.steps = time.perf_counter(), 0, 0.0, 0
+
+    def add(self, loss: float, images: int) -> None:
+        self.images += images
+        self.loss += loss
+        self.steps += 1
+
+    def record(self, epoch: int, iteration: int, lr: float) -> dict[str, Any]:
+        elapsed = time.perf_counter() - self.start
+        return {
+            "event": "train",
+            "epoch": epoch,
+            "iteration": iteration,
+            "loss": self.loss / self.steps,
+            "lr": lr,
+            "images_per_s": self.images / elapsed,
+        }
+
+
+def train_one_epoch(trainer: Trainer, loader: Iterable[Batch], *, epoch: int, start_iter: int) -> int:
+    """Train until the loader ends or ``trainer.max_iters`` is reached; returns the global iteration count."""
+    t = trainer
+    t.model.train()
+    iteration = start_iter
+    total = len(loader) if isinstance(loader, Sized) else None
+    if total is not None and t.max_iters is not None:  # the bar ends where the run will stop
+        total = max(0, min(total, t.max_iters - start_iter))
+    bar = tqdm(loader, total=total, desc=f"epoch {epoch}", disable=not t.show_progress, leave=False)
+    window = _LossWindow()
+    for batch in bar:
+        if t.max_iters is not None and iteration >= t.max_iters:
+            break
+        loss = t.step(batch, iteration)
         iteration += 1
-        batch_images = int(batch[0].shape[0]) * world_size
-        window_images += batch_images
-        window_loss += loss.item()
-        window_steps += 1
-        bar.set_postfix(loss=f"{loss.item():.3f}")
-        if iteration % log_interval == 0:
-            elapsed = time.perf_counter() - window_start
-            on_log(
-                {
-                    "event": "train",
-                    "epoch": epoch,
-                    "iteration": iteration,
-                    "loss": window_loss / window_steps,
-                    "lr": optimizer.param_groups[0]["lr"],
-                    "images_per_s": window_images / elapsed,
-                }
-            )
-            window_start, window_images, window_loss, window_steps = time.perf_counter(), 0, 0.0, 0
-    if window_steps:  # the steps since the last record: every run with a step has a loss to plot
-        on_log(
-            {
-                "event": "train",
-                "epoch": epoch,
-                "iteration": iteration,
-                "loss": window_loss / window_steps,
-                "lr": optimizer.param_groups[0]["lr"],
-                "images_per_s": window_images / (time.perf_counter() - window_start),
-            }
-        )
+        window.add(loss, int(batch[0].shape[0]) * t.world_size)
+        bar.set_postfix(loss=f"{loss:.3f}")
+        if iteration % t.log_interval == 0:
+            t.on_log(window.record(epoch, iteration, t.optimizer.param_groups[0]["lr"]))
+            window = _LossWindow()
+    if window.steps:  # the steps since the last record: every run with a step has a loss to plot
+        t.on_log(window.record(epoch, iteration, t.optimizer.param_groups[0]["lr"]))
     return iteration
 
 
@@ -148,7 +160,7 @@ def evaluate(
     ``orig_sizes`` holds per image its original ``(height, width)`` (inputs resized without keeping the
     aspect: boxes scale by the original size) or a :class:`~training.data.letterbox.Letterbox` (letterboxed
     inputs: boxes map back through it, clipped to the image, exactly as the service maps them).
-    Predictions with ``masks`` (low-resolution, see :class:`~training.tasks.base.Prediction`) are pasted
+    Predictions with ``masks`` (low-resolution, see :class:`~training.detectors.task.Prediction`) are pasted
     into the original image and scored as ``segm`` too.
     Runs on one process over the whole split (the trainer calls it on rank 0 only).
     """

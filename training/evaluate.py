@@ -13,8 +13,8 @@ from pycocotools.coco import COCO
 from training.checkpoint import load_checkpoint
 from training.coco_eval import METRIC_NAMES
 from training.data.coco import resolve_split
+from training.detectors.registry import get_task
 from training.engine import evaluate
-from training.tasks import get_task
 from training.train import default_split
 
 

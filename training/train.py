@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -18,11 +19,13 @@ from training import distributed
 from training.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from training.config import TrainConfig
 from training.data.coco import resolve_split
+from training.data.loader import LoaderRequest, TrainLoader
+from training.detectors.registry import get_task
+from training.detectors.task import DetectorTask
 from training.ema import ModelEma
-from training.engine import evaluate, train_one_epoch
+from training.engine import Trainer, evaluate, train_one_epoch
 from training.optim import build_scheduler, build_sgd
 from training.run_log import RunLog
-from training.tasks import get_task
 
 
 def default_split(root: str, kind: str) -> str:
@@ -57,26 +60,50 @@ def main(cfg: TrainConfig) -> dict[str, Any]:
 
 
 def _train(cfg: TrainConfig, info: distributed.DistInfo) -> dict[str, Any]:
+    run = _setup(cfg, info)
+    return _loop(run)
+
+
+@dataclass
+class _Run:
+    """One run: what :func:`_setup` builds and :func:`_loop` advances."""
+
+    cfg: TrainConfig
+    info: distributed.DistInfo
+    trainer: Trainer
+    model: nn.Module  # the raw model (``trainer.model`` may be its DDP wrapper)
+    loader: TrainLoader
+    model_args: dict[str, Any]
+    categories: list[dict[str, Any]]
+    val_split: str
+    log: RunLog
+    start_epoch: int = 0
+    iteration: int = 0
+
+
+def _categories(cfg: TrainConfig, train_split: str) -> list[dict[str, Any]]:
     assert cfg.data is not None
-    device = info.device
-    _seed_everything(cfg.seed + info.rank)
-    train_split = cfg.train_split or default_split(cfg.data, "train")
-    val_split = cfg.val_split or default_split(cfg.data, "val")
     _, train_ann = resolve_split(cfg.data, train_split)
-    categories = [
+    return [
         {"id": int(c["id"]), "name": str(c["name"])}
         for c in json.loads(Path(train_ann).read_text())["categories"]
     ]
-    model_args = {"num_classes": len(categories), "backbone": cfg.backbone, **cfg.model_args}
 
+
+def _load_resume(cfg: TrainConfig, model_args: dict[str, Any]) -> Checkpoint | None:
     resume: Checkpoint | None = load_checkpoint(cfg.resume) if cfg.resume else None
     if resume is not None and (resume.model_name != cfg.model or resume.model_args != model_args):
         raise ValueError(
             f"--resume checkpoint is {resume.model_name} {resume.model_args}, "
             f"this run is {cfg.model} {model_args}"
         )
+    return resume
 
-    task = get_task(cfg.model)(model_args)
+
+def _build_model(
+    cfg: TrainConfig, task: DetectorTask, resume: Checkpoint | None, device: torch.device
+) -> tuple[nn.Module, ModelEma | None]:
+    """The model with its initial weights (resumed, ``--weights``, or fresh), and its EMA if configured."""
     model: nn.Module = task.build_model(None if resume else cfg.backbone_weights).to(device)
     if resume is not None:
         model.load_state_dict(resume.model, strict=True)
@@ -87,21 +114,30 @@ def _train(cfg: TrainConfig, info: distributed.DistInfo) -> dict[str, Any]:
     ema = ModelEma(model, cfg.ema_decay) if cfg.ema_decay else None
     if ema is not None and resume is not None and resume.model_ema is not None:
         ema.load_state_dict(resume.model_ema, updates=resume.iteration)
+    return model, ema
+
+
+def _setup(cfg: TrainConfig, info: distributed.DistInfo) -> _Run:
+    """Seed, read the dataset's classes, build (or resume) the model, loader, optimizer and log."""
+    assert cfg.data is not None
+    device = info.device
+    _seed_everything(cfg.seed + info.rank)
+    train_split = cfg.train_split or default_split(cfg.data, "train")
+    categories = _categories(cfg, train_split)
+    model_args = {"num_classes": len(categories), "backbone": cfg.backbone, **cfg.model_args}
+    resume = _load_resume(cfg, model_args)
+    task = get_task(cfg.model)(model_args)
+    model, ema = _build_model(cfg, task, resume, device)
     train_model: nn.Module = (
         DistributedDataParallel(model, device_ids=[info.local_rank] if device.type == "cuda" else None)
         if info.enabled
         else model
     )
-    criterion = task.build_criterion().to(device)
+    request = LoaderRequest(
+        cfg.pipeline, cfg.data, train_split, cfg.batch_size, cfg.workers, cfg.seed, info.rank, info.world_size
+    )
     loader = task.train_loader(
-        cfg.pipeline,
-        cfg.data,
-        train_split,
-        cfg.batch_size,
-        cfg.workers,
-        cfg.seed,
-        info.rank,
-        info.world_size,
+        request,
         # a list from the config; the loader checks it is two numbers 0 < low <= high
         scale_jitter=None if cfg.scale_jitter is None else cast(tuple[float, float], tuple(cfg.scale_jitter)),
     )
@@ -128,109 +164,112 @@ def _train(cfg: TrainConfig, info: distributed.DistInfo) -> dict[str, Any]:
         if resume.scaler:
             scaler.load_state_dict(resume.scaler)
         start_epoch, iteration = resume.epoch, resume.iteration
-
     output = Path(cfg.output)
     output.mkdir(parents=True, exist_ok=True)
     log = RunLog(output, enabled=info.is_main)
-    log.write(
-        {
-            "event": "start",
-            "config": cfg.to_dict(),
-            "world_size": info.world_size,
-            "lr": lr,
-            "iters_per_epoch": iters_per_epoch,
-            "precision": precision,
-            "device": str(device),
-        }
+    start = {
+        "config": cfg.to_dict(),
+        "world_size": info.world_size,
+        "lr": lr,
+        "iters_per_epoch": iters_per_epoch,
+    }
+    log.write({"event": "start", **start, "precision": precision, "device": str(device)})
+    trainer = Trainer(
+        task=task,
+        model=train_model,
+        criterion=task.build_criterion().to(device),
+        optimizer=optimizer,
+        scheduler=scheduler,
+        scaler=scaler,
+        device=device,
+        precision=precision,
+        ema=ema,
+        clip_grad_norm=cfg.clip_grad_norm,
+        max_iters=cfg.max_iters,
+        log_interval=cfg.log_interval,
+        world_size=info.world_size,
+        on_log=log.write,
+        show_progress=info.is_main,
     )
-    coco_gt = None
+    val_split = cfg.val_split or default_split(cfg.data, "val")
+    return _Run(
+        cfg, info, trainer, model, loader, model_args, categories, val_split, log, start_epoch, iteration
+    )
+
+
+def _loop(run: _Run) -> dict[str, Any]:
+    """Train the remaining epochs: evaluate every ``eval_every`` and at the end, checkpoint every epoch."""
+    cfg, info = run.cfg, run.info
+    coco_gt: COCO | None = None
     metrics: dict[str, Any] = {}
+    iteration = run.iteration
     run_start = time.perf_counter()
-    for epoch in range(start_epoch, cfg.epochs):
+    for epoch in range(run.start_epoch, cfg.epochs):
         if cfg.max_iters is not None and iteration >= cfg.max_iters:
             break
-        loader.set_epoch(epoch)
+        run.loader.set_epoch(epoch)
         epoch_start, epoch_iter_start = time.perf_counter(), iteration
-        iteration = train_one_epoch(
-            task=task,
-            model=train_model,
-            criterion=criterion,
-            loader=loader,
-            optimizer=optimizer,
-            scheduler=scheduler,
-            scaler=scaler,
-            device=device,
-            precision=precision,
-            epoch=epoch,
-            start_iter=iteration,
-            max_iters=cfg.max_iters,
-            log_interval=cfg.log_interval,
-            world_size=info.world_size,
-            on_log=log.write,
-            show_progress=info.is_main,
-            ema=ema,
-            clip_grad_norm=cfg.clip_grad_norm,
-        )
+        iteration = train_one_epoch(run.trainer, run.loader, epoch=epoch, start_iter=iteration)
         epoch_time = time.perf_counter() - epoch_start
         images = (iteration - epoch_iter_start) * cfg.batch_size * info.world_size
-        log.write(
-            {
-                "event": "epoch",
-                "epoch": epoch,
-                "iteration": iteration,
-                "seconds": epoch_time,
-                "images_per_s": images / max(epoch_time, 1e-9),
-            }
-        )
+        record = {"event": "epoch", "epoch": epoch, "iteration": iteration, "seconds": epoch_time}
+        run.log.write({**record, "images_per_s": images / max(epoch_time, 1e-9)})
         last = epoch == cfg.epochs - 1 or (cfg.max_iters is not None and iteration >= cfg.max_iters)
         if info.is_main and ((epoch + 1) % cfg.eval_every == 0 or last):
-            coco_gt = coco_gt or _load_gt(cfg.data, val_split)
-            evaluator = evaluate(
-                task=task,
-                model=ema.module if ema is not None else model,
-                loader=task.eval_loader(cfg.data, val_split, cfg.eval_batch_size, cfg.workers),
-                coco_gt=coco_gt,
-                categories=categories,
-                device=device,
-                verbose=False,
-            )
-            for iou_type, table in evaluator.summaries.items():  # the full table: train.log only
-                log.note(f"COCO {iou_type} at epoch {epoch}, iteration {iteration}:\n{table}")
-            segm = {"segm": evaluator.stats["segm"]} if "segm" in evaluator.stats else {}
-            metrics = {"bbox": evaluator.stats["bbox"], **segm, "split": val_split, "epoch": epoch}
-            mask_ap = {f"segm_{k}": v for k, v in segm.get("segm", {}).items()}
-            log.write(
-                {
-                    "event": "eval",
-                    "epoch": epoch,
-                    "iteration": iteration,
-                    **evaluator.stats["bbox"],
-                    **mask_ap,
-                }
-            )
+            assert cfg.data is not None
+            coco_gt = coco_gt or _load_gt(cfg.data, run.val_split)
+            metrics = _evaluate(run, coco_gt, epoch, iteration)
         if info.is_main:
-            ckpt = Checkpoint(
-                model_name=cfg.model,
-                model_args=model_args,
-                categories=categories,
-                model=model.state_dict(),
-                config=cfg.to_dict(),
-                epoch=epoch + 1,
-                iteration=iteration,
-                optimizer=optimizer.state_dict(),
-                scheduler=scheduler.state_dict(),
-                scaler=scaler.state_dict(),
-                metrics=metrics,
-                model_ema=ema.state_dict() if ema is not None else None,
-            )
-            save_checkpoint(ckpt, output / "checkpoint.pt")
-            log.plot()
+            _save(run, epoch, iteration, metrics)
         distributed.barrier()
-        model.train()
+        run.model.train()
     seconds = time.perf_counter() - run_start
-    log.write({"event": "end", "iteration": iteration, "seconds": seconds, **metrics})
-    log.echo(closing_line(output, iteration, seconds, metrics))
+    output = Path(cfg.output)
+    run.log.write({"event": "end", "iteration": iteration, "seconds": seconds, **metrics})
+    run.log.echo(closing_line(output, iteration, seconds, metrics))
     return metrics
+
+
+def _evaluate(run: _Run, coco_gt: COCO, epoch: int, iteration: int) -> dict[str, Any]:
+    """COCO evaluation of the model (its EMA when there is one); logs it and returns the metrics."""
+    cfg, ema = run.cfg, run.trainer.ema
+    assert cfg.data is not None
+    evaluator = evaluate(
+        task=run.trainer.task,
+        model=ema.module if ema is not None else run.model,
+        loader=run.trainer.task.eval_loader(cfg.data, run.val_split, cfg.eval_batch_size, cfg.workers),
+        coco_gt=coco_gt,
+        categories=run.categories,
+        device=run.info.device,
+        verbose=False,
+    )
+    for iou_type, table in evaluator.summaries.items():  # the full table: train.log only
+        run.log.note(f"COCO {iou_type} at epoch {epoch}, iteration {iteration}:\n{table}")
+    segm = {"segm": evaluator.stats["segm"]} if "segm" in evaluator.stats else {}
+    mask_ap = {f"segm_{k}": v for k, v in segm.get("segm", {}).items()}
+    record = {"event": "eval", "epoch": epoch, "iteration": iteration}
+    run.log.write({**record, **evaluator.stats["bbox"], **mask_ap})
+    return {"bbox": evaluator.stats["bbox"], **segm, "split": run.val_split, "epoch": epoch}
+
+
+def _save(run: _Run, epoch: int, iteration: int, metrics: dict[str, Any]) -> None:
+    t = run.trainer
+    ckpt = Checkpoint(
+        model_name=run.cfg.model,
+        model_args=run.model_args,
+        categories=run.categories,
+        model=run.model.state_dict(),
+        config=run.cfg.to_dict(),
+        epoch=epoch + 1,
+        iteration=iteration,
+        optimizer=t.optimizer.state_dict(),
+        scheduler=t.scheduler.state_dict(),
+        scaler=t.scaler.state_dict(),
+        metrics=metrics,
+        model_ema=t.ema.state_dict() if t.ema is not None else None,
+    )
+    save_checkpoint(ckpt, Path(run.cfg.output) / "checkpoint.pt")
+    run.log.plot()
 
 
 def closing_line(output: Path, iteration: int, seconds: float, metrics: dict[str, Any]) -> str:

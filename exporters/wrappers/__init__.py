@@ -1,20 +1,10 @@
-"""Registry from a checkpoint's ``model_name`` to its export wrapper (one module per architecture)."""
+"""A checkpoint's export wrapper, found through the architecture registry (``training.detectors.registry``);
+each wrapper lives in its architecture's folder (``training/detectors/<name>/export.py``)."""
 
 from __future__ import annotations
 
-from exporters.wrappers.base import ExportWrapper, ImagePreprocess
-from exporters.wrappers.efficientdet import EfficientDetWrapper
-from exporters.wrappers.maskrcnn import MaskRCNNV2Wrapper, MaskRCNNWrapper
-from exporters.wrappers.ssd300 import SSD300Wrapper
-from exporters.wrappers.ssd320 import SSD320Wrapper
-
-_WRAPPERS: dict[str, type[ExportWrapper]] = {
-    "ssd300": SSD300Wrapper,
-    EfficientDetWrapper.architecture: EfficientDetWrapper,
-    "ssd320": SSD320Wrapper,
-    MaskRCNNWrapper.architecture: MaskRCNNWrapper,
-    MaskRCNNV2Wrapper.architecture: MaskRCNNV2Wrapper,
-}
+from training.detectors.export import ExportWrapper, ImagePreprocess
+from training.detectors.registry import get_detector, model_names
 
 
 class UnsupportedArchitectureError(ValueError):
@@ -22,13 +12,13 @@ class UnsupportedArchitectureError(ValueError):
 
 
 def wrapper_names() -> list[str]:
-    return sorted(_WRAPPERS)
+    return model_names()
 
 
 def get_wrapper(model_name: str) -> type[ExportWrapper]:
     try:
-        return _WRAPPERS[model_name]
-    except KeyError:
+        return get_detector(model_name).export_wrapper
+    except ValueError:
         raise UnsupportedArchitectureError(
             f"no exporter for architecture {model_name!r}; exportable: {wrapper_names()}"
         ) from None

@@ -1,4 +1,4 @@
-"""Session fixtures: a tiny real SSD300 checkpoint, a synthetic dataset, and one exported artifact.
+"""Session fixtures: a tiny real SSD300 checkpoint and one exported artifact (datasets: tests/conftest.py).
 
 Builders live in ``exporters_testkit`` (importable by name: pyproject puts tests/exporters on sys.path).
 """
@@ -8,23 +8,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from exporters_testkit import ExportedArtifact, make_checkpoint
+from detectors_testkit import make_checkpoint
+from exporters_testkit import ExportedArtifact
 
 from exporters.onnx_export import OnnxExportRequest, export_onnx
-from training.data.synthetic import SyntheticConfig, generate_dataset
 
 
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_checkpoint(tmp_path_factory.mktemp("ckpt") / "checkpoint.pt")
-
-
-@pytest.fixture(scope="session")
-def synthetic_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """4 small validation images in the COCO layout (no training split needed)."""
-    root = tmp_path_factory.mktemp("synthetic")
-    generate_dataset(root, num_train=0, num_val=4, seed=5, config=SyntheticConfig(side_range=(120, 200)))
-    return root
 
 
 @pytest.fixture(scope="session")

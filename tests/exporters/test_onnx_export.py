@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from exporters_testkit import CATEGORIES, ExportedArtifact
+from detectors_testkit import CATEGORIES
+from exporters_testkit import ExportedArtifact
 
 from exporters.compare import Detections, match_detections
 from exporters.onnx_export import RAW_PREFIX

@@ -11,9 +11,9 @@ from exporters.ort_cpu import cpu_session
 from exporters.postprocess_graph import DetectionPostprocess, PostprocessSettings, non_max_suppression
 from service.manifest import OUTPUT_NAMES
 from training.box_ops import decode_boxes, xywh_to_xyxy
-from training.models.ssd300.default_boxes import default_boxes_xywh
-from training.models.ssd300.loss import BOX_CODE_WEIGHTS
-from training.models.ssd300.postprocess import PostprocessConfig, postprocess
+from training.detectors.ssd300.default_boxes import default_boxes_xywh
+from training.detectors.ssd300.loss import BOX_CODE_WEIGHTS
+from training.detectors.ssd300.postprocess import postprocess
 
 
 def _random_heads(batch: int, num_classes: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -36,14 +36,7 @@ def test_matches_training_postprocess(settings: PostprocessSettings) -> None:
     boxes = xywh_to_xyxy(decode_boxes(locs.transpose(1, 2), dboxes, BOX_CODE_WEIGHTS))
     scores = confs.softmax(dim=1)[:, 1:]
     num, det_boxes, det_scores, det_classes = DetectionPostprocess(settings, 4, 8732)(boxes, scores)
-    reference = postprocess(
-        locs,
-        confs,
-        dboxes,
-        PostprocessConfig(
-            settings.score_threshold, settings.iou_threshold, settings.topk_per_class, settings.max_detections
-        ),
-    )
+    reference = postprocess(locs, confs, dboxes, settings)
     for i, ref in enumerate(reference):
         n = int(num[i, 0])
         assert n == len(ref["scores"]) > 0

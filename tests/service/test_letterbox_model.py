@@ -8,7 +8,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from efficientdet_testkit import make_efficientdet_checkpoint
+from detectors_testkit import make_efficientdet_checkpoint
 from service_testkit import encode, make_settings, start_client
 
 from exporters.onnx_export import OnnxExportRequest, export_onnx

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from exporters_testkit import make_ssd320_checkpoint
+from detectors_testkit import make_ssd320_checkpoint
 from service_testkit import encode, make_settings, start_client
 
 from exporters.coco_ap import stretch_resize

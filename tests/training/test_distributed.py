@@ -14,9 +14,10 @@ SCRIPT = textwrap.dedent(
     import torch
     from torch.nn.parallel import DistributedDataParallel
     from training import distributed
-    from training.engine import train_one_epoch
+    from training.engine import Trainer, train_one_epoch
     from training.optim import build_scheduler, build_sgd
-    from training.tasks import get_task
+    from training.data.loader import LoaderRequest
+    from training.detectors.registry import get_task
 
     data, out = sys.argv[1], sys.argv[2]
     info = distributed.init_distributed("cpu")
@@ -24,16 +25,17 @@ SCRIPT = textwrap.dedent(
     task = get_task("ssd300")({"num_classes": 6, "backbone": "resnet18"})
     model = task.build_model()
     ddp = DistributedDataParallel(model)
-    loader = task.train_loader("torch", data, "train", 2, 0, seed=1, rank=info.rank, world=info.world_size)
+    request = LoaderRequest("torch", data, "train", 2, 0, seed=1, rank=info.rank, world_size=info.world_size)
+    loader = task.train_loader(request)
     optimizer = build_sgd(model, 0.01, 0.9, 5e-4)
     scheduler = build_scheduler(optimizer, kind="cosine", total_iters=2, warmup_iters=0)
     loader.set_epoch(0)
-    train_one_epoch(
-        task=task, model=ddp, criterion=task.build_criterion(), loader=loader, optimizer=optimizer,
-        scheduler=scheduler, scaler=torch.amp.GradScaler("cpu", enabled=False), device=info.device,
-        precision="fp32", epoch=0, start_iter=0, max_iters=2, log_interval=100,
-        world_size=info.world_size, on_log=lambda r: None, show_progress=False,
+    trainer = Trainer(
+        task=task, model=ddp, criterion=task.build_criterion(), optimizer=optimizer, scheduler=scheduler,
+        scaler=torch.amp.GradScaler("cpu", enabled=False), device=info.device, max_iters=2,
+        log_interval=100, world_size=info.world_size,
     )
+    train_one_epoch(trainer, loader, epoch=0, start_iter=0)
     # Parameters only: DDP broadcasts rank 0's BatchNorm buffers at each forward, so after the last forward
     # each rank's running statistics are its own until the next one (checkpoints come from rank 0).
     torch.save(dict(model.named_parameters()), f"{out}/rank{info.rank}.pt")
@@ -79,7 +81,7 @@ def test_two_process_gloo_ddp_ranks_end_identical(tiny_coco: Path, tmp_path: Pat
 
 
 def get_initial_state() -> dict[str, torch.Tensor]:
-    from training.models.ssd300.model import SSD300
+    from training.detectors.ssd300.model import SSD300
 
     torch.manual_seed(0)
     return dict(SSD300(num_classes=6, backbone="resnet18").named_parameters())

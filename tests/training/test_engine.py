@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from training.engine import train_one_epoch
+from training.engine import Trainer, train_one_epoch
 
 
 class _SquaredTask:
@@ -23,25 +23,19 @@ def _one_step(clip: float | None) -> float:
             p.fill_(1.0)
     before = torch.cat([p.detach().flatten().clone() for p in model.parameters()])
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0, momentum=0.0)
-    train_one_epoch(
+    trainer = Trainer(
         task=_SquaredTask(),  # type: ignore[arg-type]
         model=model,
         criterion=nn.Identity(),
-        loader=[(torch.zeros(1, 3, 2, 2),)],  # type: ignore[list-item]
         optimizer=optimizer,
         scheduler=torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0),
         scaler=torch.amp.GradScaler("cpu", enabled=False),
         device=torch.device("cpu"),
-        precision="fp32",
-        epoch=0,
-        start_iter=0,
-        max_iters=None,
         log_interval=100,
-        world_size=1,
-        on_log=lambda _: None,
-        show_progress=False,
         clip_grad_norm=clip,
     )
+    loader = [(torch.zeros(1, 3, 2, 2),)]
+    train_one_epoch(trainer, loader, epoch=0, start_iter=0)  # type: ignore[arg-type]
     after = torch.cat([p.detach().flatten() for p in model.parameters()])
     return float((after - before).norm())
 

@@ -8,9 +8,9 @@ import torch
 
 from service.imaging import resize_for_network
 from service.manifest import InputSpec
-from training.data.efficientdet_transforms import EFFICIENTDET_PAD_VALUE, EfficientDetEvalTransform
-from training.data.maskrcnn_data import MaskRCNNEvalTransform
-from training.data.ssd_transforms import SSDEvalTransform, normalize_to_tensor
+from training.detectors.efficientdet.transforms import EFFICIENTDET_PAD_VALUE, EfficientDetEvalTransform
+from training.detectors.maskrcnn.data import MaskRCNNEvalTransform
+from training.detectors.ssd300.transforms import SSDEvalTransform, normalize_to_tensor
 
 # Shrinking, enlarging, and mixed (one side shrinks, the other grows) against the network sizes used.
 SIZES = [(480, 640), (120, 90), (37, 301), (640, 200), (300, 300), (256, 256)]

@@ -1,0 +1,2 @@
+"""EfficientDet-D0 (effdet network, timm backbone); effdet is imported when a model is built, not before
+(see ``effdet_compat``)."""
