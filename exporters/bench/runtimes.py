@@ -122,33 +122,45 @@ def load_variants(variants: list[Variant], threads: int, cache_dir: Path) -> lis
 def time_interleaved(
     variants: list[Variant],
     backends: list[Backend],
-    images: np.ndarray,
+    images: list[np.ndarray],
     batch_sizes: list[int],
     rounds: int,
     iterations: int,
 ) -> None:
-    """Rounds of ``iterations`` calls per variant per batch size, variants in turn; fills img/s."""
+    """Rounds of ``iterations`` calls per variant per batch size, variants in turn; fills img/s.
+
+    ``images[i]`` are variant i's inputs (models differ in input size). A variant's speedup is against
+    the ONNX Runtime fp32 variant of the same checkpoint, when the run has one.
+    """
     times: dict[tuple[int, int], list[float]] = {}
-    for backend in backends:  # first calls allocate and pick kernels
+    for backend, inputs in zip(backends, images, strict=True):  # first calls allocate and pick kernels
         for batch in batch_sizes:
-            backend.infer(images[:batch])
+            backend.infer(inputs[:batch])
     for _ in range(rounds):
         for batch in batch_sizes:
-            for i, backend in enumerate(backends):
+            for i, (backend, inputs) in enumerate(zip(backends, images, strict=True)):
                 for _ in range(iterations):
                     started = time.perf_counter()
-                    backend.infer(images[:batch])
+                    backend.infer(inputs[:batch])
                     times.setdefault((i, batch), []).append(time.perf_counter() - started)
-    baseline = next((i for i, v in enumerate(variants) if v.label.startswith("onnxruntime fp32")), None)
     for i, v in enumerate(variants):
         for batch in batch_sizes:
             median = float(np.median(times[(i, batch)]))
             v.latency_ms[batch] = median * 1000
             v.images_per_s[batch] = batch / median
-    if baseline is not None:
-        for v in variants:
+    checkpoints = [b.manifest.provenance.checkpoint_sha256 for b in backends]
+    for i, v in enumerate(variants):
+        baseline = next(
+            (
+                variants[j]
+                for j, other in enumerate(variants)
+                if other.label.startswith("onnxruntime fp32") and checkpoints[j] == checkpoints[i]
+            ),
+            None,
+        )
+        if baseline is not None:
             for batch in batch_sizes:
-                v.speedup[batch] = v.images_per_s[batch] / variants[baseline].images_per_s[batch]
+                v.speedup[batch] = v.images_per_s[batch] / baseline.images_per_s[batch]
 
 
 def measure_ap(variants: list[Variant], backends: list[Backend], data: str, max_images: int | None) -> None:
@@ -195,7 +207,7 @@ def compare_runtimes(args: argparse.Namespace, batch_sizes: list[int]) -> dict[s
         try:
             from exporters.bench.backend import bench_images
 
-            images = bench_images(backends[0].manifest, max(batch_sizes))
+            images = [bench_images(backend.manifest, max(batch_sizes)) for backend in backends]
             time_interleaved(variants, backends, images, batch_sizes, args.rounds, args.iterations)
             if args.data:
                 measure_ap(variants, backends, args.data, args.max_images)

@@ -67,3 +67,21 @@ def test_models_compares_runtimes_and_precisions_with_ap(
         assert 0.0 <= v["ap"] <= 1.0 and v["mask_ap"] is None
     # Same graph, same precision, same images: the two f32 runtimes score the same AP.
     assert abs(variants["openvino f32"]["ap"] - variants["onnxruntime fp32"]["ap"]) < 1e-3
+
+
+def test_models_of_different_input_sizes_compare_against_their_own_fp32(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("openvino", reason="the openvino package (serve extra) is not installed")
+    shipped = Path(__file__).resolve().parents[3] / "models"
+    json_path = tmp_path / "runtimes.json"
+    # SSD300 at 300x300 in fp32 and INT8, SSD320 at 256x256 in INT8 only (its fp32 parent is not shipped).
+    models = [str(shipped / name) for name in ("ssd300-synth", "ssd300-synth-int8", "ssd320-synth-int8")]
+    args = ["backend", "--models", *models, "--batch-sizes", "1", "--rounds", "1", "--iterations", "1"]
+    assert main([*args, "--threads", "1", "--json", str(json_path)]) == 0
+    report = json.loads(json_path.read_text())
+    variants = {(Path(v["artifact"]).parent.name, v["label"].split(" (")[0]): v for v in report["variants"]}
+    assert variants[("ssd300-synth", "onnxruntime fp32")]["speedup"] == {"1": 1.0}
+    assert variants[("ssd300-synth-int8", "openvino int8")]["speedup"]["1"] > 0
+    assert variants[("ssd320-synth-int8", "openvino int8")]["images_per_s"]["1"] > 0
+    assert variants[("ssd320-synth-int8", "openvino int8")]["speedup"] == {}  # no fp32 of its checkpoint ran
