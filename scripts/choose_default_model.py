@@ -67,7 +67,7 @@ def served_candidates(report: dict[str, Any]) -> list[Candidate]:
             raise ValueError(f"the report has no AP for {artifact} as served ({kind}); run it with --data")
         throughput = served[0]["images_per_s"]
         ips = throughput.get("1", throughput.get(1))  # JSON keys are strings
-        candidates.append(Candidate(manifest.name, served[0]["label"], served[0]["ap"], ips))
+        candidates.append(Candidate(manifest.name, served[0]["label"].split(" (")[0], served[0]["ap"], ips))
     return candidates
 
 
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     for c in sorted(candidates, key=lambda c: (-c.box_ap, -c.images_per_s)):
         mark = "" if c.images_per_s >= args.min_images_per_s else "   (too slow for the default)"
         print(
-            f"{c.name:<28} {c.runtime:<18} box AP {c.box_ap:.4f}  {c.images_per_s:7.1f} img/s at bs 1{mark}"
+            f"{c.name:<20} {c.runtime:<18} box AP {c.box_ap:.4f}  {c.images_per_s:7.1f} img/s at bs 1{mark}"
         )
     choice = choose_default(candidates, args.min_images_per_s)
     print(f"default model: {choice.name}")

@@ -80,5 +80,5 @@ def test_each_artifact_counts_as_auto_serves_it(tmp_path: Path, capsys: pytest.C
     assert rule.main([str(path), "--write", str(tmp_path / "default")]) == 0
     assert (tmp_path / "default").read_text() == "ssd300-synth-int8\n"
     out = capsys.readouterr().out
-    assert "ssd300-synth-int8            openvino int8" in out
-    assert "ssd300-synth                 onnxruntime fp32" in out  # served as fp32 in ONNX Runtime
+    assert "ssd300-synth-int8    openvino int8 " in out
+    assert "ssd300-synth         onnxruntime fp32" in out  # served as fp32 in ONNX Runtime
