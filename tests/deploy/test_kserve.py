@@ -132,7 +132,7 @@ def test_the_inference_service_uses_the_runtime_with_protocol_v2(
     formats = {(f["name"], f.get("version")) for f in runtime["spec"]["supportedModelFormats"]}
     assert (model["modelFormat"]["name"], model["modelFormat"].get("version")) in formats
     # The repository's root (models/<name>/<version>/), named after the model the service serves.
-    assert model["storageUri"].endswith("/") and isvc["metadata"]["name"] == "ssd300-synth"
+    assert model["storageUri"].endswith("/") and isvc["metadata"]["name"] == "ssd320-synth-int8"
 
 
 def test_settings_port_probes_and_model_path_agree_with_the_server(
