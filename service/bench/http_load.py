@@ -27,9 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-from prometheus_client.parser import text_string_to_metric_families
 
-from service.metrics import STAGES
+from service.bench.scrape import histogram_totals, window_gain
 
 if TYPE_CHECKING:
     from service.bench.backend_throughput import BackendThroughput
@@ -94,37 +93,6 @@ def load_images(paths: Sequence[str | Path]) -> list[BenchImage]:
     ]
 
 
-def histogram_totals(metrics_text: str, model: str | None) -> dict[str, tuple[float, float]]:
-    """(sum, count) of ``detect_batch_size`` and of every ``detect_<stage>_seconds`` histogram, for
-    ``model`` (None: all models)."""
-    totals: dict[str, tuple[float, float]] = {}
-    for family in text_string_to_metric_families(metrics_text):
-        if family.name != "detect_batch_size" and not (
-            family.name.endswith("_seconds") and family.name.removeprefix("detect_")[:-8] in STAGES
-        ):
-            continue
-        total = count = 0.0
-        for sample in family.samples:
-            if model is not None and sample.labels.get("model") != model:
-                continue
-            if sample.name == f"{family.name}_sum":
-                total += sample.value
-            elif sample.name == f"{family.name}_count":
-                count += sample.value
-        totals[family.name] = (total, count)
-    return totals
-
-
-def _window(
-    before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]]
-) -> dict[str, tuple[float, float]]:
-    """What each histogram gained between two scrapes."""
-    return {
-        name: (total - before.get(name, (0.0, 0.0))[0], count - before.get(name, (0.0, 0.0))[1])
-        for name, (total, count) in after.items()
-    }
-
-
 async def run_http_load(
     url: str,
     images: Sequence[BenchImage],
@@ -182,8 +150,8 @@ async def run_http_load(
         client_cpu_s = time.process_time() - cpu_started
         after = histogram_totals((await client.get("/metrics")).text, model)
 
-    window = _window(before, after)
-    batched_images, batches = window.get("detect_batch_size", (0.0, 0.0))
+    gained = window_gain(before, after)
+    batched_images, batches = gained.get("detect_batch_size", (0.0, 0.0))
     ok = len(latencies)
     return HttpLoadResult(
         url=url,
@@ -199,7 +167,7 @@ async def run_http_load(
         mean_batch_size=batched_images / batches if batches > 0 else None,
         batches=int(batches),
         client_cpu_cores=client_cpu_s / elapsed,
-        stage_totals={name: t for name, t in window.items() if name != "detect_batch_size" and t[1] > 0},
+        stage_totals={name: t for name, t in gained.items() if name != "detect_batch_size" and t[1] > 0},
         latencies_s=latencies,
     )
 

@@ -13,7 +13,8 @@ import pytest
 from service_testkit import Server, encode, solid_image
 
 from exporters.bench.cli import SUBCOMMANDS, build_parser, main
-from service.bench.http_load import histogram_totals, load_images
+from service.bench.http_load import load_images
+from service.bench.scrape import histogram_totals
 
 
 def test_subcommands_are_registered() -> None:

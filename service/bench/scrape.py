@@ -1,0 +1,39 @@
+"""What the load client reads from the server's /metrics: histogram totals, and what they gained over a
+measured window (batch sizes, and each stage's time per image, or per batch for inference)."""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from service.metrics import STAGES
+
+
+def histogram_totals(metrics_text: str, model: str | None) -> dict[str, tuple[float, float]]:
+    """(sum, count) of ``detect_batch_size`` and of every ``detect_<stage>_seconds`` histogram, for
+    ``model`` (None: all models)."""
+    totals: dict[str, tuple[float, float]] = {}
+    for family in text_string_to_metric_families(metrics_text):
+        if family.name != "detect_batch_size" and not (
+            family.name.endswith("_seconds") and family.name.removeprefix("detect_")[:-8] in STAGES
+        ):
+            continue
+        total = count = 0.0
+        for sample in family.samples:
+            if model is not None and sample.labels.get("model") != model:
+                continue
+            if sample.name == f"{family.name}_sum":
+                total += sample.value
+            elif sample.name == f"{family.name}_count":
+                count += sample.value
+        totals[family.name] = (total, count)
+    return totals
+
+
+def window_gain(
+    before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]]
+) -> dict[str, tuple[float, float]]:
+    """What each histogram gained between two scrapes."""
+    return {
+        name: (total - before.get(name, (0.0, 0.0))[0], count - before.get(name, (0.0, 0.0))[1])
+        for name, (total, count) in after.items()
+    }
