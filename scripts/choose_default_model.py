@@ -82,13 +82,17 @@ def main(argv: list[str] | None = None) -> int:
     report = json.loads(args.report.read_text())
     if 1 not in report["batch_sizes"]:
         parser.error("the report must include batch size 1 (--batch-sizes 1,...)")
-    candidates = served_candidates(report)
+    try:
+        candidates = served_candidates(report)
+        choice = choose_default(candidates, args.min_images_per_s)
+    except ValueError as exc:
+        print(f"choose_default_model: error: {exc}", file=sys.stderr)
+        return 2
     for c in sorted(candidates, key=lambda c: (-c.box_ap, -c.images_per_s)):
         mark = "" if c.images_per_s >= args.min_images_per_s else "   (too slow for the default)"
         print(
             f"{c.name:<20} {c.runtime:<18} box AP {c.box_ap:.4f}  {c.images_per_s:7.1f} img/s at bs 1{mark}"
         )
-    choice = choose_default(candidates, args.min_images_per_s)
     print(f"default model: {choice.name}")
     if args.write:
         args.write.write_text(choice.name + "\n")

@@ -82,3 +82,6 @@ def test_each_artifact_counts_as_auto_serves_it(tmp_path: Path, capsys: pytest.C
     out = capsys.readouterr().out
     assert "ssd300-synth-int8    openvino int8 " in out
     assert "ssd300-synth         onnxruntime fp32" in out  # served as fp32 in ONNX Runtime
+
+    assert rule.main([str(path), "--min-images-per-s", "1000"]) == 2
+    assert "error: no artifact reaches 1000 img/s at batch 1" in capsys.readouterr().err
