@@ -252,6 +252,13 @@ def _add_quantize_parser(sub: Any) -> None:
         action="store_true",
         help="NNCF accuracy-controlled quantization: keep the most harmful layers fp32 until the drop fits",
     )
+    q.add_argument(
+        "--ranking-images",
+        type=int,
+        default=50,
+        help="--accuracy-control: the validation images the quantizer groups are ranked on (those whose AP "
+        "INT8 changed most)",
+    )
     q.add_argument("--backend", default="auto", help="DETECT_BACKEND the INT8 gate runs the variant on")
     q.add_argument("--dataset-description", help="how the data was made, recorded in the manifest")
     q.add_argument("--name")

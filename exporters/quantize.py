@@ -51,7 +51,7 @@ from exporters.nncf_int8 import (
     to_signed_int8,
 )
 from exporters.onnx_graph import ensure_node_names, load_checked, restore_weights_fp32
-from exporters.served_eval import file_sha256, served_batches, served_metrics
+from exporters.served_eval import file_sha256, served_batches, served_metrics, split_image_ids
 from service.manifest import MANIFEST_FILE, Accuracy, Manifest, Parent
 
 Precision = Literal["int8", "bf16"]
@@ -76,6 +76,7 @@ class QuantizeRequest:
     max_ap_drop: float = DEFAULT_MAX_AP_DROP
     gate: bool = True
     accuracy_control: bool = False
+    ranking_images: int = 50  # --accuracy-control: images NNCF ranks the quantizer groups on
     backend: str = "auto"  # DETECT_BACKEND the gate evaluates INT8 with (the service's factory)
     dataset_description: str | None = None  # recorded as accuracy.dataset (default: the data folder)
     name: str | None = None
@@ -94,35 +95,50 @@ def quantize_int8_with_accuracy_control(
     work: Path,
 ) -> onnx.ModelProto:
     """NNCF's accuracy-controlled quantization: layers are returned to fp32, most harmful first, until the
-    served box AP on the validation split is within ``max_ap_drop`` of the fp32 model's."""
+    served box AP on the validation split is within ``max_ap_drop`` of the fp32 model's.
+
+    NNCF's data items are the validation image ids. Each candidate is evaluated as the service would serve
+    it (with signed INT8 quantizers, as written, through ``--backend``'s INT8 choice) on exactly the ids
+    NNCF passes, and each image's
+    own AP comes back with the total: NNCF ranks the quantizer groups on the ``ranking_images`` images
+    whose AP the full INT8 model changed most, then reverts groups one by one, checking the whole split.
+    """
     import nncf
+    from nncf.quantization.advanced_parameters import AdvancedAccuracyRestorerParameters
 
     nncf.set_log_level(logging.WARNING)
     batches = [images for images, _, _ in served_batches(manifest, images_dir, files, 1)]
     calibration = nncf.Dataset(batches, lambda images: {manifest.input.name: images})
     candidate = work / "candidate"
+    val_ids = split_image_ids(request.data, request.val_split, request.max_eval_images)
 
-    def validate(candidate_model: onnx.ModelProto, _items: Any) -> tuple[float, None]:
-        _write_variant(candidate_model, manifest, candidate)
+    def validate(candidate_model: onnx.ModelProto, items: Any) -> tuple[float, list[float]]:
+        served = onnx.ModelProto()
+        served.CopyFrom(candidate_model)
+        if any(node.op_type == "QuantizeLinear" for node in served.graph.node):
+            int8 = manifest.model_copy(update={"precision": "int8"})
+            _write_variant(to_signed_int8(served), int8, candidate)
+        else:  # NNCF validates the fp32 model too
+            _write_variant(served, manifest, candidate)
+        ids = [int(i) for i in items]
         metrics = served_metrics(
-            candidate,
-            request.data,
-            request.val_split,
-            backend=request.backend,
-            max_images=request.max_eval_images,
+            candidate, request.data, request.val_split, backend=request.backend, image_ids=ids, per_image=True
         )
-        return float(metrics["bbox"]["AP"]), None
+        return float(metrics["bbox"]["AP"]), [metrics["per_image_box_ap"][i] for i in ids]
 
     return to_signed_int8(
         nncf.quantize_with_accuracy_control(
             model,
             calibration_dataset=calibration,
-            validation_dataset=nncf.Dataset([0]),  # validate() reads the split itself, as the service would
+            validation_dataset=nncf.Dataset(val_ids),
             validation_fn=validate,
             max_drop=request.max_ap_drop,
             drop_type=nncf.DropType.ABSOLUTE,
             subset_size=len(batches),
             ignored_scope=nncf_ignored_scope(scope),
+            advanced_accuracy_restorer_parameters=AdvancedAccuracyRestorerParameters(
+                ranking_subset_size=request.ranking_images
+            ),
         )
     )
 

@@ -9,7 +9,7 @@ figure ``/detect`` gives, not one of a look-alike path.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -82,6 +82,15 @@ def served_display_threshold(evaluator: Any, data: str, split: str) -> dict[str,
     return {**chosen.to_dict(), "dataset": f"{data} ({split})", "method": method}
 
 
+def split_image_ids(data: str, split: str | None = None, max_images: int | None = None) -> list[int]:
+    """The ids :func:`served_metrics` evaluates by default: the split's first ``max_images`` by id."""
+    from training.data.coco import load_coco, resolve_split
+    from training.train import default_split
+
+    _, annotation_file = resolve_split(data, split or default_split(data, "val"))
+    return sorted(load_coco(annotation_file).getImgIds())[:max_images]
+
+
 def served_metrics(
     version_dir: str | Path,
     data: str,
@@ -89,6 +98,8 @@ def served_metrics(
     *,
     backend: str = "auto",
     max_images: int | None = None,
+    image_ids: Sequence[int] | None = None,
+    per_image: bool = False,
     batch_size: int = 8,
     threads: int = 0,
     manifest: Manifest | None = None,
@@ -96,8 +107,9 @@ def served_metrics(
 ) -> dict[str, Any]:
     """``{"bbox": 12 COCO metrics, "segm": ... (mask models), "images", "annotations_sha256", "runtime"}``.
 
-    ``manifest`` overrides the folder's; ``runtime`` replaces the service's backend (e.g. one a test built
-    itself); it is closed afterwards.
+    The split's images in id order (the first ``max_images``), or exactly ``image_ids``; ``per_image`` adds
+    ``"per_image_box_ap"``, each image's own box AP by image id. ``manifest`` overrides the folder's;
+    ``runtime`` replaces the service's backend (e.g. one a test built itself); it is closed afterwards.
     """
     from training.data.coco import load_coco, resolve_split
     from training.train import default_split
@@ -107,7 +119,7 @@ def served_metrics(
     split = split or default_split(data, "val")
     images_dir, annotation_file = resolve_split(data, split)
     coco_gt = load_coco(annotation_file)
-    ids = sorted(coco_gt.getImgIds())[:max_images]
+    ids = sorted(image_ids) if image_ids is not None else sorted(coco_gt.getImgIds())[:max_images]
     files = [(i, str(coco_gt.imgs[i]["file_name"])) for i in ids]
     category_ids = [
         int(label.coco_id if label.coco_id is not None else i) for i, label in enumerate(manifest.labels)
@@ -125,6 +137,8 @@ def served_metrics(
         served.close()
     metrics: dict[str, Any] = dict(evaluator.stats)
     metrics["display_threshold"] = served_display_threshold(evaluator, data, split)
+    if per_image:
+        metrics["per_image_box_ap"] = evaluator.per_image_ap("bbox")
     metrics |= {
         "images": len(ids),
         "split": split,

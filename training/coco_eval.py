@@ -48,6 +48,7 @@ class CocoEvaluator:
         self.stats: dict[str, dict[str, float]] = {}
         # pycocotools' printed summary (the 12-line table) per IoU type, for logs.
         self.summaries: dict[str, str] = {}
+        self._evaluated: dict[str, COCOeval] = {}
 
     def update(self, results: list[dict[str, Any]], image_ids: list[int]) -> None:
         self.results.extend(results)
@@ -79,6 +80,7 @@ class CocoEvaluator:
                 )
             evaluator = COCOeval(self.coco_gt, coco_dt, iou_type)
             evaluator.params.imgIds = self.image_ids or sorted(self.coco_gt.getImgIds())
+            self._evaluated[iou_type] = evaluator
             out = io.StringIO()
             with contextlib.redirect_stdout(out):
                 evaluator.evaluate()
@@ -90,6 +92,27 @@ class CocoEvaluator:
             stats = np.asarray(evaluator.stats, dtype=float)
             self.stats[iou_type] = {name: float(v) for name, v in zip(METRIC_NAMES, stats, strict=True)}
         return self.stats
+
+    def per_image_ap(self, iou_type: str = "bbox") -> dict[int, float]:
+        """AP@[.5:.95] of each evaluated image alone (pycocotools run with ``params.imgIds = [id]``), after
+        :meth:`accumulate_and_summarize`; 0 where it is undefined (an image without ground truth) and for
+        every image when nothing was detected."""
+        evaluated = self._evaluated.get(iou_type)
+        ids = self.image_ids or sorted(self.coco_gt.getImgIds())
+        if evaluated is None:
+            return dict.fromkeys(ids, 0.0)
+        per_image = {}
+        for image_id in ids:
+            evaluator = COCOeval(self.coco_gt, evaluated.cocoDt, iou_type)
+            evaluator.params.imgIds = [image_id]
+            with contextlib.redirect_stdout(io.StringIO()):
+                evaluator.evaluate()
+                evaluator.accumulate()
+            # precision[T, R, K, A, M]: every IoU threshold, recall level and class; all areas, 100 dets.
+            precision = evaluator.eval["precision"][:, :, :, 0, -1]
+            defined = precision[precision > -1]
+            per_image[image_id] = float(defined.mean()) if defined.size else 0.0
+        return per_image
 
     def write_results(self, path: str | Path) -> Path:
         path = Path(path)

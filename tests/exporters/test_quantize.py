@@ -105,10 +105,9 @@ def test_int8_variant_passes_the_gate_and_records_its_provenance(small_val: Path
     assert (output / manifest.file).stat().st_size < 0.6 * (DEFAULT / "model.onnx").stat().st_size
 
 
-@pytest.mark.timeout(600)
-def test_bad_calibration_is_refused_by_the_gate(
-    small_val: Path, grey_split: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+@pytest.fixture
+def grey_calibration(small_val: Path, grey_split: Path, tmp_path: Path) -> Path:
+    """A COCO folder: ``grey_split``'s grey images as its train split, ``small_val`` as its val split."""
     calibration = tmp_path / "calib"
     (calibration / "annotations").mkdir(parents=True)
     (calibration / "train").symlink_to(grey_split / "val")
@@ -119,6 +118,14 @@ def test_bad_calibration_is_refused_by_the_gate(
     (calibration / "annotations" / "instances_val.json").symlink_to(
         small_val / "annotations" / "instances_val.json"
     )
+    return calibration
+
+
+@pytest.mark.timeout(600)
+def test_bad_calibration_is_refused_by_the_gate(
+    grey_calibration: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calibration = grey_calibration
     output = tmp_path / "models" / "bad-int8" / "1"
     code = main(
         ["quantize", "--artifact", str(DEFAULT), "--output", str(output), "--data", str(calibration),
@@ -129,6 +136,30 @@ def test_bad_calibration_is_refused_by_the_gate(
     assert "loses more than --max-ap-drop 0.005" in err and "box AP" in err
     assert "--no-accuracy-gate" in err and "--accuracy-control" in err
     assert not output.exists()
+
+
+@pytest.mark.timeout(900)
+def test_accuracy_control_returns_harmful_layers_to_fp32_until_the_gate_passes(
+    grey_calibration: Path, tmp_path: Path
+) -> None:
+    output = tmp_path / "models" / "controlled-int8" / "1"
+    code = main(
+        ["quantize", "--artifact", str(DEFAULT), "--output", str(output), "--data", str(grey_calibration),
+         "--calibration-images", "4", "--accuracy-control", "--ranking-images", "4"]
+    )  # fmt: skip
+    assert code == 0
+    manifest = Manifest.read(output)
+    assert manifest.provenance.export_settings["nncf"]["function"] == "quantize_with_accuracy_control"
+    accuracy = manifest.accuracy
+    assert accuracy is not None and accuracy.box_ap_delta is not None and accuracy.box_ap_delta >= -0.005
+
+    # Some layers went back to fp32, not all: fewer quantizers than plain PTQ of the same parent left in
+    # the shipped variant, but some.
+    def quantizers(artifact: Path) -> int:
+        graph = load_checked(artifact / "model.onnx").graph
+        return sum(node.op_type == "QuantizeLinear" for node in graph.node)
+
+    assert 0 < quantizers(output) < quantizers(INT8)
 
 
 INT8 = DEFAULT.parents[1] / "ssd300-synth-int8" / "1"

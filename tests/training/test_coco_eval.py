@@ -46,6 +46,25 @@ def test_wrong_class_and_no_results_score_zero(tiny_coco: Path) -> None:
     assert empty.accumulate_and_summarize(verbose=False)["bbox"]["AP"] == 0.0
 
 
+def test_per_image_ap_scores_each_image_alone(tiny_coco: Path) -> None:
+    gt = _gt(tiny_coco)
+    ids = sorted(gt.getImgIds())
+    assert len(ids) >= 2
+    found, missed = ids[0], ids[1]
+    results = [  # every object of the first image found; the second image's objects all missed
+        {"image_id": a["image_id"], "category_id": a["category_id"], "bbox": a["bbox"], "score": 1.0}
+        for a in gt.dataset["annotations"]
+        if a["image_id"] == found
+    ]
+    evaluator = CocoEvaluator(gt)
+    evaluator.update(results, [found, missed])
+    total = evaluator.accumulate_and_summarize(verbose=False)["bbox"]["AP"]
+    per_image = evaluator.per_image_ap()
+    assert per_image == {found: pytest.approx(1.0), missed: 0.0}
+    assert 0.0 < total < 1.0
+    assert CocoEvaluator(gt).per_image_ap() == dict.fromkeys(ids, 0.0)  # nothing evaluated
+
+
 def test_segmentations_are_scored_as_segm_on_their_own_view(tiny_coco: Path) -> None:
     """Results with masks add ``segm``; a mask-perfect but box-wrong result scores segm 1 and bbox 0."""
     gt = _gt(tiny_coco)

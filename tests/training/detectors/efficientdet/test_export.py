@@ -194,7 +194,7 @@ def test_tensorrt_engine_builds_from_the_artifact(effdet_export: ExportedArtifac
     assert manifest.format == "tensorrt" and manifest.input.resize == "letterbox"
 
 
-def test_int8_keeps_bifpn_fusion_fp32(effdet_export: ExportedArtifact) -> None:
+def test_int8_keeps_bifpn_fusion_and_class_net_fp32(effdet_export: ExportedArtifact) -> None:
     import re
 
     from exporters.nncf_int8 import ignored_scope, quantize_batches
@@ -203,8 +203,12 @@ def test_int8_keeps_bifpn_fusion_fp32(effdet_export: ExportedArtifact) -> None:
     model = onnx.load(str(effdet_export.directory / manifest.file))
     scope = ignored_scope(model, manifest)
     # NNCF matches IgnoredScope patterns with re.search.
-    fusion = {n.name for n in model.graph.node if any(re.search(p, n.name) for p in scope["patterns"])}
+    kept = {n.name for n in model.graph.node if any(re.search(p, n.name) for p in scope["patterns"])}
+    fusion = {name for name in kept if "/class_net/" not in name}
     fusion_ops = {n.op_type for n in model.graph.node if n.name in fusion}
+    class_convs = {n.name for n in model.graph.node if n.op_type == "Conv" and "/class_net/" in n.name}
+    box_convs = {n.name for n in model.graph.node if n.op_type == "Conv" and "/box_net/" in n.name}
+    assert class_convs and class_convs <= kept and box_convs and not box_convs & kept
     # After simplification the fusion is Div (inputs times their constant-folded normalized weights),
     # Unsqueeze + Concat (stack) and ReduceSum (the weighted sum).
     assert {"Div", "ReduceSum", "Concat"} <= fusion_ops, sorted(fusion)[:10]
@@ -214,5 +218,7 @@ def test_int8_keeps_bifpn_fusion_fp32(effdet_export: ExportedArtifact) -> None:
     dequantized = {o for n in quantized.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
     assert any(n.op_type == "QuantizeLinear" for n in quantized.graph.node)
     for node in quantized.graph.node:
-        if node.name in fusion:
+        if node.name in kept:
             assert not set(node.input) & dequantized, node.name
+    box_net_inputs = {i for n in quantized.graph.node if n.name in box_convs for i in n.input}
+    assert box_net_inputs & dequantized  # the box net is quantized
