@@ -88,6 +88,30 @@ def test_builder_arguments_are_validated() -> None:
     assert len(coco91_categories(90)) == 90
 
 
+def test_box_representation_size_narrows_the_box_head_only() -> None:
+    wide = maskrcnn_resnet50_fpn(num_classes=3, backbone="resnet18", image_size=128)
+    narrow = maskrcnn_resnet50_fpn(
+        num_classes=3, backbone="resnet18", image_size=128, box_representation_size=256
+    )
+    assert wide.roi_heads.box_head.fc6.out_features == 1024  # torchvision's default
+    assert (narrow.roi_heads.box_head.fc6.in_features, narrow.roi_heads.box_head.fc6.out_features) == (
+        256 * 7 * 7,
+        256,
+    )
+    assert narrow.roi_heads.box_predictor.cls_score.out_features == 4  # background + 3
+    assert narrow.roi_heads.mask_predictor.mask_fcn_logits.out_channels == 4
+    wide_state, narrow_state = wide.state_dict(), narrow.state_dict()
+    assert wide_state.keys() == narrow_state.keys()  # same layout: checkpoints and exporters read both
+    changed = {k for k in wide_state if wide_state[k].shape != narrow_state[k].shape}
+    assert changed and all(k.startswith(("roi_heads.box_head.", "roi_heads.box_predictor.")) for k in changed)
+    narrow.eval()
+    with torch.no_grad():
+        (out,) = detect(narrow, normalize(torch.randint(0, 256, (1, 128, 128, 3), dtype=torch.uint8)))
+    assert set(out) >= {"boxes", "labels", "scores", "masks"}
+    with pytest.raises(ValueError, match="box_representation_size"):
+        maskrcnn_resnet50_fpn(num_classes=3, backbone="resnet18", box_representation_size=0)
+
+
 def test_normalize_matches_torchvisions_transform_and_detect_contract() -> None:
     images = torch.randint(0, 256, (2, 64, 96, 3), dtype=torch.uint8)
     transform = GeneralizedRCNNTransform(64, 96, list(IMAGENET_MEAN), list(IMAGENET_STD))
