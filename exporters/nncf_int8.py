@@ -99,6 +99,18 @@ def to_signed_int8(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
+def store_kept_weights_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The float32 weights INT8 leaves in place (the ignored scope's layers) stored as float16, as a parent
+    exported with ``--weight-storage float16`` stores them: exact, since they are that parent's float16
+    values. Quantizer scales and zero points stay initializers of their own type (TensorRT's explicit
+    quantization needs them constant)."""
+    from exporters.onnx_graph import store_weights_fp16
+
+    quantizers = ("QuantizeLinear", "DequantizeLinear")
+    keep = {name for node in model.graph.node if node.op_type in quantizers for name in node.input}
+    return store_weights_fp16(model, keep=keep)
+
+
 NNCF_SETTINGS = {
     "preset": "nncf default (PERFORMANCE: symmetric weights and activations)",
     "activations": "UINT8 quantizers rewritten as INT8, scale x 255/127 (exporters.nncf_int8.to_signed_int8)",

@@ -8,6 +8,7 @@ verification and FP16 checks can read them from the artifact itself rather than 
 from __future__ import annotations
 
 from collections import Counter, deque
+from collections.abc import Collection
 from pathlib import Path
 
 import numpy as np
@@ -128,13 +129,13 @@ def ensure_node_names(model: ModelProto) -> None:
         seen.add(node.name)
 
 
-def store_weights_fp16(model: ModelProto, min_elements: int = 1024) -> ModelProto:
+def store_weights_fp16(model: ModelProto, min_elements: int = 1024, keep: Collection[str] = ()) -> ModelProto:
     """Store large float32 weights as float16 and cast them back to float32 at the start of the graph.
 
     Halves the file; compute stays float32 (ONNX Runtime folds the constant ``Cast`` nodes once, when the
     session is created). The only change is that each weight is rounded to float16 (relative error
     <= 2**-11). Initializers smaller than ``min_elements`` (biases, BatchNorm-folded vectors, constants
-    the post-processing uses) stay float32.
+    the post-processing uses) and those named in ``keep`` stay float32.
     """
     from onnx import TensorProto, numpy_helper
 
@@ -143,7 +144,7 @@ def store_weights_fp16(model: ModelProto, min_elements: int = 1024) -> ModelProt
     graph = stored.graph
     casts = []
     for init in graph.initializer:
-        if init.data_type != TensorProto.FLOAT or int(np.prod(init.dims)) < min_elements:
+        if init.data_type != TensorProto.FLOAT or int(np.prod(init.dims)) < min_elements or init.name in keep:
             continue
         name = init.name
         half = numpy_helper.from_array(numpy_helper.to_array(init).astype(np.float16), name=f"{name}__fp16")

@@ -48,6 +48,7 @@ from exporters.nncf_int8 import (
     ignored_scope,
     nncf_ignored_scope,
     quantize_int8,
+    store_kept_weights_fp16,
     to_signed_int8,
 )
 from exporters.onnx_graph import ensure_node_names, load_checked, restore_weights_fp32
@@ -339,6 +340,9 @@ def _make_int8(
         )
     else:
         quantized = quantize_int8(model, parent, images_dir, files, scope, request.nncf_options)
+    weight_storage = parent.provenance.export_settings.get("weight_storage", "float32")
+    if weight_storage == "float16":
+        quantized = store_kept_weights_fp16(quantized)
     settings = {
         "calibration": {
             "data": request.data,
@@ -362,6 +366,7 @@ def _make_int8(
             },
         },
         "format": "QDQ ONNX (QuantizeLinear/DequantizeLinear, int8 weights)",
+        "unquantized_weight_storage": weight_storage,  # the ignored scope's weights, stored as the parent's
     }
     variant_dir = work / "variant"
     _write_variant(

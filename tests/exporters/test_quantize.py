@@ -89,6 +89,7 @@ def test_int8_variant_passes_the_gate_and_records_its_provenance(small_val: Path
     calibration = manifest.provenance.export_settings["calibration"]
     assert (calibration["split"], calibration["images"], calibration["seed"]) == ("val", 8, 0)
     assert manifest.provenance.export_settings["nncf"]["version"]
+    assert manifest.provenance.export_settings["unquantized_weight_storage"] == "float16"  # as the parent
     accuracy = manifest.accuracy
     assert accuracy is not None and accuracy.images == VAL_IMAGES and accuracy.max_ap_drop == 0.05
     assert accuracy.parent_box_ap is not None and accuracy.parent_box_ap > 0.2

@@ -176,7 +176,7 @@ def test_coco_verification_and_bench_cover_masks(
     assert [row["batch"] for row in bench["rows"]] == [1, 2]
 
 
-def test_int8_keeps_the_roi_heads_and_mask_sigmoid_fp32(mask_artifact: Path) -> None:
+def test_int8_keeps_roi_heads_and_mask_sigmoid_fp32_and_their_weights_fp16(mask_artifact: Path) -> None:
     import re
 
     from exporters.nncf_int8 import ignored_scope, quantize_batches
@@ -198,3 +198,24 @@ def test_int8_keeps_the_roi_heads_and_mask_sigmoid_fp32(mask_artifact: Path) -> 
     for node in quantized.graph.node:
         if node.name in kept or node.op_type in ("Sigmoid", "RoiAlign", "NonMaxSuppression"):
             assert not set(node.input) & dequantized, node.name
+    # The heads' weights stay float32 in the graph; stored as float16 they halve and run the same.
+    from onnx import TensorProto
+
+    from exporters.nncf_int8 import store_kept_weights_fp16
+    from exporters.onnx_graph import restore_weights_fp32
+    from exporters.ort_cpu import cpu_session
+
+    stored = store_kept_weights_fp16(quantized)
+    quantizers = [n for n in stored.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")]
+    inits = {i.name: i for i in stored.graph.initializer}
+    assert any(i.data_type == TensorProto.FLOAT16 for i in inits.values())
+    big = [i for i in inits.values() if i.data_type == TensorProto.FLOAT and np.prod(i.dims) >= 1024]
+    assert {i.name for i in big} <= {name for n in quantizers for name in n.input}
+    assert all(name in inits for n in quantizers for name in n.input[1:])  # scales, zero points: constants
+    assert stored.ByteSize() < 0.8 * quantized.ByteSize()
+    images = generated_batches(manifest_resize(manifest))[0]
+    feed = {manifest.input.name: images}
+    half = cpu_session(stored).run(None, feed)
+    exact = cpu_session(restore_weights_fp32(stored)).run(None, feed)
+    for a, b in zip(half, exact, strict=True):
+        np.testing.assert_array_equal(a, b)  # restoring is exact, so the float16 storage lost nothing more
