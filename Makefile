@@ -9,7 +9,7 @@ MODEL_REPOSITORY ?= models
 # local wheel folders, so torch resolves to the regular PyPI build pinned in pyproject.toml.
 UV = $(VENV)/bin/uv
 
-.PHONY: setup setup-serve test lint serve default-model ssd300-model efficientdet-model bench-train clean
+.PHONY: setup setup-serve test lint serve default-model ssd300-model efficientdet-model maskrcnn-model bench-train clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +56,9 @@ SSD300_RUN ?= runs/ssd300-cpu-small
 EFFDET_RUN ?= runs/efficientdet-d0-cpu-small
 EFFDET_MODEL ?= models/efficientdet-d0-synth/1
 EFFDET_INT8 ?= models/efficientdet-d0-synth-int8/1
+MASKRCNN_RUN ?= runs/maskrcnn-cpu-small
+MASKRCNN_PARENT ?= $(MASKRCNN_RUN)/artifact/maskrcnn-synth/1
+MASKRCNN_INT8 ?= models/maskrcnn-synth-int8/1
 QUANTIZE = $(VENV)/bin/detect-export quantize --precision int8 --data $(CALIBRATION_DATA) --force \
 	--dataset-description "detect-train synth --out DATA --num-train 300 --num-val 200 --seed 0"
 
@@ -89,6 +92,17 @@ efficientdet-model: setup
 		--data $(SYNTH_DATA)
 	$(MAKE) $(CALIBRATION_DATA)/annotations/instances_val.json
 	$(QUANTIZE) --artifact $(EFFDET_MODEL) --output $(EFFDET_INT8)
+
+# Mask R-CNN ships INT8 only; its fp32 parent (fp16-stored) stays in the run folder.
+maskrcnn-model: setup
+	$(VENV)/bin/python scripts/bench_train_cpu.py --preset maskrcnn-cpu-small --data $(SYNTH_DATA) \
+		--output $(MASKRCNN_RUN)
+	$(VENV)/bin/detect-export onnx --checkpoint $(MASKRCNN_RUN)/checkpoint.pt --output $(MASKRCNN_PARENT) \
+		--weight-storage float16 --force
+	$(VENV)/bin/detect-export verify --artifact $(MASKRCNN_PARENT) --checkpoint $(MASKRCNN_RUN)/checkpoint.pt \
+		--data $(SYNTH_DATA)
+	$(MAKE) $(CALIBRATION_DATA)/annotations/instances_val.json
+	$(QUANTIZE) --artifact $(MASKRCNN_PARENT) --output $(MASKRCNN_INT8)
 
 bench-train: setup
 	$(VENV)/bin/python scripts/bench_train_cpu.py --data $(SYNTH_DATA) --output $(SSD300_RUN)
