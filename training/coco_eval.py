@@ -48,7 +48,9 @@ class CocoEvaluator:
         self.stats: dict[str, dict[str, float]] = {}
         # pycocotools' printed summary (the 12-line table) per IoU type, for logs.
         self.summaries: dict[str, str] = {}
-        self._evaluated: dict[str, COCOeval] = {}
+        # Per IoU type, the results as pycocotools loaded them (for per_image_ap; not the evaluator, whose
+        # per-image tables are large on a full COCO split).
+        self._loaded: dict[str, COCO] = {}
 
     def update(self, results: list[dict[str, Any]], image_ids: list[int]) -> None:
         self.results.extend(results)
@@ -80,7 +82,7 @@ class CocoEvaluator:
                 )
             evaluator = COCOeval(self.coco_gt, coco_dt, iou_type)
             evaluator.params.imgIds = self.image_ids or sorted(self.coco_gt.getImgIds())
-            self._evaluated[iou_type] = evaluator
+            self._loaded[iou_type] = coco_dt
             out = io.StringIO()
             with contextlib.redirect_stdout(out):
                 evaluator.evaluate()
@@ -97,13 +99,13 @@ class CocoEvaluator:
         """AP@[.5:.95] of each evaluated image alone (pycocotools run with ``params.imgIds = [id]``), after
         :meth:`accumulate_and_summarize`; 0 where it is undefined (an image without ground truth) and for
         every image when nothing was detected."""
-        evaluated = self._evaluated.get(iou_type)
+        loaded = self._loaded.get(iou_type)
         ids = self.image_ids or sorted(self.coco_gt.getImgIds())
-        if evaluated is None:
+        if loaded is None:
             return dict.fromkeys(ids, 0.0)
         per_image = {}
         for image_id in ids:
-            evaluator = COCOeval(self.coco_gt, evaluated.cocoDt, iou_type)
+            evaluator = COCOeval(self.coco_gt, loaded, iou_type)
             evaluator.params.imgIds = [image_id]
             with contextlib.redirect_stdout(io.StringIO()):
                 evaluator.evaluate()
