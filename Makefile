@@ -65,14 +65,13 @@ QUANTIZE = $(VENV)/bin/detect-export quantize --precision int8 --data $(CALIBRAT
 $(CALIBRATION_DATA)/annotations/instances_val.json: | setup
 	$(VENV)/bin/detect-train synth --out $(CALIBRATION_DATA) --num-train 300 --num-val 200 --seed 0
 
-default-model: setup
+default-model: setup $(CALIBRATION_DATA)/annotations/instances_val.json
 	$(VENV)/bin/python scripts/bench_train_cpu.py --preset ssd320-cpu-small --data $(SYNTH_DATA) \
 		--output $(DEFAULT_RUN)
 	$(VENV)/bin/detect-export onnx --checkpoint $(DEFAULT_RUN)/checkpoint.pt --output $(DEFAULT_PARENT) \
 		--weight-storage float16 --force
 	$(VENV)/bin/detect-export verify --artifact $(DEFAULT_PARENT) --checkpoint $(DEFAULT_RUN)/checkpoint.pt \
 		--data $(SYNTH_DATA)
-	$(MAKE) $(CALIBRATION_DATA)/annotations/instances_val.json
 	$(QUANTIZE) --artifact $(DEFAULT_PARENT) --output $(DEFAULT_MODEL)
 
 ssd300-model: setup
@@ -84,24 +83,22 @@ ssd300-model: setup
 
 # EfficientDet-D0 keeps fp32 weights (16 MB): stored as fp16 they move its raw outputs by ~3e-4 relative
 # and change detections, which the export check refuses. Its INT8 variant keeps the class net fp32.
-efficientdet-model: setup
+efficientdet-model: setup $(CALIBRATION_DATA)/annotations/instances_val.json
 	$(VENV)/bin/python scripts/bench_train_cpu.py --preset efficientdet-d0-cpu-small --data $(SYNTH_DATA) \
 		--output $(EFFDET_RUN)
 	$(VENV)/bin/detect-export onnx --checkpoint $(EFFDET_RUN)/checkpoint.pt --output $(EFFDET_MODEL) --force
 	$(VENV)/bin/detect-export verify --artifact $(EFFDET_MODEL) --checkpoint $(EFFDET_RUN)/checkpoint.pt \
 		--data $(SYNTH_DATA)
-	$(MAKE) $(CALIBRATION_DATA)/annotations/instances_val.json
 	$(QUANTIZE) --artifact $(EFFDET_MODEL) --output $(EFFDET_INT8)
 
 # Mask R-CNN ships INT8 only; its fp32 parent (fp16-stored) stays in the run folder.
-maskrcnn-model: setup
+maskrcnn-model: setup $(CALIBRATION_DATA)/annotations/instances_val.json
 	$(VENV)/bin/python scripts/bench_train_cpu.py --preset maskrcnn-cpu-small --data $(SYNTH_DATA) \
 		--output $(MASKRCNN_RUN)
 	$(VENV)/bin/detect-export onnx --checkpoint $(MASKRCNN_RUN)/checkpoint.pt --output $(MASKRCNN_PARENT) \
 		--weight-storage float16 --force
 	$(VENV)/bin/detect-export verify --artifact $(MASKRCNN_PARENT) --checkpoint $(MASKRCNN_RUN)/checkpoint.pt \
 		--data $(SYNTH_DATA)
-	$(MAKE) $(CALIBRATION_DATA)/annotations/instances_val.json
 	$(QUANTIZE) --artifact $(MASKRCNN_PARENT) --output $(MASKRCNN_INT8)
 
 bench-train: setup

@@ -100,9 +100,9 @@ def quantize_int8_with_accuracy_control(
 
     NNCF's data items are the validation image ids. Each candidate is evaluated as the service would serve
     it (with signed INT8 quantizers, as written, through ``--backend``'s INT8 choice) on exactly the ids
-    NNCF passes, and each image's
-    own AP comes back with the total: NNCF ranks the quantizer groups on the ``ranking_images`` images
-    whose AP the full INT8 model changed most, then reverts groups one by one, checking the whole split.
+    NNCF passes, and each image's own AP comes back with the total: NNCF ranks the quantizer groups on
+    the ``ranking_images`` images whose AP the full INT8 model changed most, then reverts groups one by
+    one, checking the whole split.
     """
     import nncf
     from nncf.quantization.advanced_parameters import AdvancedAccuracyRestorerParameters

@@ -88,7 +88,11 @@ def split_image_ids(data: str, split: str | None = None, max_images: int | None 
     from training.train import default_split
 
     _, annotation_file = resolve_split(data, split or default_split(data, "val"))
-    return sorted(load_coco(annotation_file).getImgIds())[:max_images]
+    return _first_ids(load_coco(annotation_file), max_images)
+
+
+def _first_ids(coco_gt: Any, max_images: int | None) -> list[int]:
+    return sorted(coco_gt.getImgIds())[:max_images]
 
 
 def served_metrics(
@@ -119,7 +123,7 @@ def served_metrics(
     split = split or default_split(data, "val")
     images_dir, annotation_file = resolve_split(data, split)
     coco_gt = load_coco(annotation_file)
-    ids = sorted(image_ids) if image_ids is not None else sorted(coco_gt.getImgIds())[:max_images]
+    ids = sorted(image_ids) if image_ids is not None else _first_ids(coco_gt, max_images)
     files = [(i, str(coco_gt.imgs[i]["file_name"])) for i in ids]
     category_ids = [
         int(label.coco_id if label.coco_id is not None else i) for i, label in enumerate(manifest.labels)
