@@ -88,11 +88,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"choose_default_model: error: {exc}", file=sys.stderr)
         return 2
+    width = max(20, *(len(c.name) for c in candidates))
     for c in sorted(candidates, key=lambda c: (-c.box_ap, -c.images_per_s)):
         mark = "" if c.images_per_s >= args.min_images_per_s else "   (too slow for the default)"
-        print(
-            f"{c.name:<20} {c.runtime:<18} box AP {c.box_ap:.4f}  {c.images_per_s:7.1f} img/s at bs 1{mark}"
-        )
+        speed = f"{c.images_per_s:7.1f} img/s at bs 1"
+        print(f"{c.name:<{width}} {c.runtime:<18} box AP {c.box_ap:.4f}  {speed}{mark}")
     print(f"default model: {choice.name}")
     if args.write:
         args.write.write_text(choice.name + "\n")

@@ -3,13 +3,15 @@ print each variant's box AP as served, next to the parent's.
 
     .venv/bin/python scripts/int8_scope_ablation.py --artifact PARENT --data DATA \\
         [--calibration-images 150] [--drop-pattern REGEX ...] \\
-        [--scope NAME=REGEX[,REGEX...] ...] [--json OUT.json]
+        [--scope NAME=REGEX[,REGEX...] ...] [--json OUT.json] [--keep DIR]
 
 Every variant keeps what ``detect-export quantize`` keeps fp32 (pre- and post-processing, the sensitive op
 types, the architecture's ``int8_ignored_patterns`` less any ``--drop-pattern``) and adds its scope's
 patterns (NNCF ``IgnoredScope`` patterns: ``re.search`` over ONNX node names). ``none`` (always run) adds
 nothing. Calibration: ``--calibration-images`` of the train split drawn by seed 0, decoded and resized as
 served; AP: the val split through ``DETECT_BACKEND=auto`` (OpenVINO for INT8, ONNX Runtime for fp32).
+``--keep DIR`` writes each variant to ``DIR/<parent>-int8-<scope>/1`` (gate-less, for ``detect-bench
+backend --models`` to time them); without it they live in a temporary folder.
 
 EfficientDet-D0, whose class net this chose to keep fp32 (docs/quantization.md)::
 
@@ -20,6 +22,7 @@ EfficientDet-D0, whose class net this chose to keep fp32 (docs/quantization.md):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import tempfile
 import time
@@ -54,6 +57,7 @@ def main() -> None:
     parser.add_argument("--drop-pattern", action="append", default=[], help="an architecture pattern to drop")
     parser.add_argument("--scope", action="append", default=[], help="NAME=REGEX[,REGEX...] kept fp32")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--keep", type=Path, help="write the variants here instead of a temporary folder")
     args = parser.parse_args()
 
     parent, parent_path = read_artifact(args.artifact)
@@ -69,16 +73,18 @@ def main() -> None:
     parent_ap = float(served_metrics(args.artifact, args.data)["bbox"]["AP"])
     print(f"parent {parent.name}/{parent.version}: box AP {parent_ap:.4f}", flush=True)
     results: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="int8-ablation-") as tmp:
+    with contextlib.ExitStack() as stack:
+        tmp = args.keep or stack.enter_context(tempfile.TemporaryDirectory(prefix="int8-ablation-"))
         for name, patterns in _scopes(args.scope).items():
             start = time.perf_counter()
             scope = {**base, "patterns": base["patterns"] + patterns}
             fresh = onnx.ModelProto.FromString(model.SerializeToString())
             quantized = quantize_batches(fresh, parent, batches, scope)
-            variant = Path(tmp) / name / "1"
+            variant_name = f"{parent.name}-int8-{name}"
+            variant = Path(tmp) / variant_name / "1"
             variant.mkdir(parents=True)
             onnx.save(quantized, str(variant / parent.file))
-            parent.model_copy(update={"precision": "int8"}).write(variant)
+            parent.model_copy(update={"precision": "int8", "name": variant_name}).write(variant)
             metrics = served_metrics(variant, args.data)
             ap = float(metrics["bbox"]["AP"])
             results.append({"scope": name, "patterns": patterns, "box_ap": ap, "delta": ap - parent_ap})

@@ -10,13 +10,14 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from deploy_testkit import K8S, K8S_SCHEMA_VERSION
+from deploy_testkit import K8S, K8S_SCHEMA_VERSION, ROOT
 
 from service.auth import OPEN_PREFIXES
 from service.routes import v2_models
 
 # KServe's storage initializer downloads (or mounts) storageUri here.
 KSERVE_MODEL_MOUNT = "/mnt/models"
+DEFAULT_MODEL = (ROOT / "models" / "default").read_text().strip()
 
 _STRICT_OBJECT = {"type": "object", "additionalProperties": False}
 SERVING_RUNTIME_SCHEMA: dict[str, Any] = {
@@ -131,8 +132,8 @@ def test_the_inference_service_uses_the_runtime_with_protocol_v2(
     assert model["protocolVersion"] == "v2" and "v2" in runtime["spec"]["protocolVersions"]
     formats = {(f["name"], f.get("version")) for f in runtime["spec"]["supportedModelFormats"]}
     assert (model["modelFormat"]["name"], model["modelFormat"].get("version")) in formats
-    # The repository's root (models/<name>/<version>/), named after the model the service serves.
-    assert model["storageUri"].endswith("/") and isvc["metadata"]["name"] == "ssd320-synth-int8"
+    # The repository's root (models/<name>/<version>/), named after the repository's default model.
+    assert model["storageUri"].endswith("/") and isvc["metadata"]["name"] == DEFAULT_MODEL
 
 
 def test_settings_port_probes_and_model_path_agree_with_the_server(
