@@ -29,6 +29,7 @@ with warnings.catch_warnings():
     from effdet.bench import _batch_detection as batch_detection
     from effdet.bench import _post_process as post_process_topk
     from effdet.config import set_config_readonly, set_config_writeable
+    from effdet.efficientdet import FpnCombine
     from effdet.loss import DetectionLoss
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "Anchors",
     "DetectionLoss",
     "EfficientDet",
+    "FpnCombine",
     "batch_detection",
     "get_efficientdet_config",
     "post_process_topk",
