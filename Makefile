@@ -108,7 +108,7 @@ maskrcnn-model: setup $(CALIBRATION_DATA)/annotations/instances_val.json
 		--weight-storage float16 --force
 	$(VENV)/bin/detect-export verify --artifact $(MASKRCNN_PARENT) --checkpoint $(MASKRCNN_RUN)/checkpoint.pt \
 		--data $(SYNTH_DATA)
-	$(QUANTIZE) --artifact $(MASKRCNN_PARENT) --output $(MASKRCNN_INT8)
+	$(QUANTIZE) --artifact $(MASKRCNN_PARENT) --output $(MASKRCNN_INT8) --unquantized-precision bf16
 
 bench-train: setup
 	$(VENV)/bin/python scripts/bench_train_cpu.py --data $(SYNTH_DATA) --output $(SSD300_RUN)

@@ -240,6 +240,12 @@ def _add_quantize_parser(sub: Any) -> None:
     q.add_argument("--output", required=True, type=Path, help="variant folder, e.g. models/NAME-int8/1")
     q.add_argument("--data", required=True, help="COCO-format folder: calibration and validation images")
     q.add_argument("--precision", choices=("int8", "bf16"), default="int8")
+    q.add_argument(
+        "--unquantized-precision",
+        choices=("f32", "bf16"),
+        help="int8: the precision OpenVINO runs the layers left unquantized in (default f32), as the gate "
+        "measures it",
+    )
     q.add_argument("--calibration-split", default="train", help="split the calibration images come from")
     q.add_argument("--calibration-images", type=int, default=300, help="how many (drawn by --seed)")
     q.add_argument("--seed", type=int, default=0)
@@ -280,8 +286,11 @@ def _run_quantize(args: argparse.Namespace) -> int:
     acc = manifest.accuracy
     assert acc is not None
     mask = "" if acc.mask_ap is None else f"; mask AP {acc.mask_ap:.4f} ({acc.mask_ap_delta:+.4f})"
+    precision: str = manifest.precision
+    if manifest.unquantized_precision is not None:
+        precision += f", unquantized layers {manifest.unquantized_precision}"
     print(
-        f"wrote {args.output} ({manifest.name}/{manifest.version}, {manifest.precision}): box AP "
+        f"wrote {args.output} ({manifest.name}/{manifest.version}, {precision}): box AP "
         f"{acc.box_ap:.4f} vs parent {acc.parent_box_ap:.4f} ({acc.box_ap_delta:+.4f}){mask} on "
         f"{acc.images} images, {acc.runtime}"
     )

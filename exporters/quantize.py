@@ -16,6 +16,9 @@ The result is a QDQ ONNX (QuantizeLinear / DequantizeLinear pairs, weights store
 Runtime, OpenVINO and TensorRT (explicit precision) all run; docs/quantization.md gives the measurements
 behind that choice.
 
+``--unquantized-precision bf16`` (INT8 only) records in the manifest that OpenVINO is to run the layers
+left in floating point (Mask R-CNN's RoI heads, say) in bf16 rather than f32; the gate measures it so.
+
 bf16: the parent's graph as an OpenVINO IR with manifest precision ``bf16`` (`exporters.bf16_variant`): the
 service's OpenVINO backend runs it with ``INFERENCE_PRECISION_HINT=bf16``, and the gate evaluates it there.
 
@@ -69,6 +72,8 @@ class QuantizeRequest:
     output: Path  # models/<name>/<version> of the variant
     data: str  # COCO-format folder: calibration and validation images
     precision: Precision = "int8"
+    # int8: the precision OpenVINO runs the unquantized layers in (manifest ``unquantized_precision``)
+    unquantized_precision: Literal["f32", "bf16"] | None = None
     calibration_split: str = "train"
     calibration_images: int = 300
     seed: int = 0
@@ -117,7 +122,9 @@ def quantize_int8_with_accuracy_control(
         served = onnx.ModelProto()
         served.CopyFrom(candidate_model)
         if any(node.op_type == "QuantizeLinear" for node in served.graph.node):
-            int8 = manifest.model_copy(update={"precision": "int8"})
+            int8 = manifest.model_copy(
+                update={"precision": "int8", "unquantized_precision": request.unquantized_precision}
+            )
             _write_variant(to_signed_int8(served), int8, candidate)
         else:  # NNCF validates the fp32 model too
             _write_variant(served, manifest, candidate)
@@ -247,6 +254,7 @@ def _variant_manifest(
         export_settings=export_settings,
         tools=versions,
         precision=request.precision,
+        unquantized_precision=request.unquantized_precision,
         parent=Parent(name=parent.name, version=parent.version, file_sha256=file_sha256(parent_path)),
         verification={},
         metrics={},
@@ -264,6 +272,8 @@ def quantize_artifact(request: QuantizeRequest) -> Manifest:
             f"{request.artifact} is a {parent.format}/{parent.precision} artifact; "
             "quantize needs an fp32 ONNX one"
         )
+    if request.unquantized_precision is not None and request.precision != "int8":
+        raise ExportError("--unquantized-precision applies to --precision int8 only")
     if request.max_ap_drop < 0:
         raise ExportError(f"--max-ap-drop must be >= 0, got {request.max_ap_drop}")
     name, version = name_and_version(request.output, request.name, request.version)

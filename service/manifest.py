@@ -104,6 +104,9 @@ class Manifest(_Strict):
     backbone: str | None = None
     format: Literal["onnx", "tensorrt", "openvino"]
     precision: Literal["fp32", "fp16", "bf16", "int8"] = "fp32"
+    # INT8 artifacts only: the precision OpenVINO computes the layers left out of quantization in (its
+    # INFERENCE_PRECISION_HINT); None means f32. The accuracy gate measured the artifact run that way.
+    unquantized_precision: Literal["f32", "bf16"] | None = None
     file: str  # model file name inside the version folder
     input: InputSpec
     outputs: tuple[str, ...] = OUTPUT_NAMES
@@ -132,6 +135,8 @@ class Manifest(_Strict):
             raise ValueError(f"outputs must include {list(OUTPUT_NAMES)}; missing {missing}")
         if (MASK_OUTPUT in self.outputs) != (self.mask_size is not None):
             raise ValueError(f"mask_size must be set exactly when {MASK_OUTPUT!r} is an output")
+        if self.unquantized_precision is not None and self.precision != "int8":
+            raise ValueError(f"unquantized_precision is for int8 artifacts; this one is {self.precision}")
         return self
 
     @property

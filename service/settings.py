@@ -130,8 +130,9 @@ class Settings(BaseSettings):
     trt_cache_dir: Path | None = None
     intra_op_threads: int = Field(default=0, ge=0)  # 0 = runtime default
     inter_op_threads: int = Field(default=0, ge=0)  # 0 = runtime default
-    # OpenVINO: the inference precision ("manifest": bf16 for bf16 artifacts, else f32; or force f32 | bf16)
-    # and where compiled models are cached so restarts skip compiling (empty: no cache).
+    # OpenVINO: the inference precision ("manifest": bf16 for bf16 artifacts and for INT8 ones whose manifest
+    # says unquantized_precision bf16, else f32; or force f32 | bf16) and where compiled models are cached so
+    # restarts skip compiling (empty: no cache).
     openvino_precision: Literal["manifest", "f32", "bf16"] = "manifest"
     openvino_cache_dir: Path | None = Field(default_factory=lambda: _default_openvino_cache())
     # Threads for decode, resize, mask pasting and rendering (inference has its own thread per model).

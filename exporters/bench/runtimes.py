@@ -10,10 +10,14 @@ is served:
 artifact            variants
 ==================  ==============================================================
 fp32 ONNX           ONNX Runtime fp32, OpenVINO f32, OpenVINO bf16
-int8 ONNX (QDQ)     ONNX Runtime int8, OpenVINO int8
-int8 OpenVINO IR    OpenVINO int8
+int8 ONNX (QDQ)     ONNX Runtime int8, OpenVINO int8, OpenVINO int8 with the other float precision
+int8 OpenVINO IR    OpenVINO int8, OpenVINO int8 with the other float precision
 bf16 (ONNX or IR)   OpenVINO bf16
 ==================  ==============================================================
+
+"OpenVINO int8" runs the layers an INT8 artifact leaves unquantized as its manifest says (f32 unless
+``unquantized_precision`` is bf16); the row after it runs them in the other precision ("openvino int8, bf16
+rest"), to show what that choice is worth.
 
 Timing is interleaved: each round times every variant at every batch size in turn, so a load spike on a
 shared machine hits all of them alike; img/s is batch size / median latency over all rounds. Speed-ups
@@ -92,7 +96,11 @@ def plan_variants(artifacts: list[Path]) -> list[Variant]:
     variants = []
     for artifact in artifacts:
         m = Manifest.read(artifact)
-        for backend, precision, label in _RUNS.get((m.format, m.precision), []):
+        runs = list(_RUNS.get((m.format, m.precision), []))
+        if m.precision == "int8":
+            other = "f32" if m.unquantized_precision == "bf16" else "bf16"
+            runs.append(("openvino", other, f"openvino int8, {other} rest"))
+        for backend, precision, label in runs:
             variants.append(Variant(f"{label} ({m.name}/{m.version})", str(artifact), backend, precision))
     return variants
 

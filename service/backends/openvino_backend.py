@@ -2,8 +2,9 @@
 
 The inference precision is always set explicitly, never left to the plugin: OpenVINO's CPU plugin
 otherwise runs f32 graphs in bf16 on CPUs with AVX-512 BF16 / AMX. `precision_hint_for` decides it from
-the manifest's ``precision`` and the ``openvino_precision`` setting; the precision in effect is read
-back from the compiled model (`OpenVinoBackend.inference_precision`) and shown in /v1/models and metrics.
+the manifest's ``precision`` (and an INT8 artifact's ``unquantized_precision``) and the ``openvino_precision``
+setting; the precision in effect is read back from the compiled model (`OpenVinoBackend.inference_precision`)
+and shown in /v1/models and metrics.
 
 Compiled models are cached in ``cache_dir`` (OpenVINO's ``CACHE_DIR``): a restart imports the compiled
 blob instead of reading, optimizing and compiling the graph again.
@@ -27,22 +28,25 @@ logger = logging.getLogger(__name__)
 PrecisionSetting = Literal["manifest", "f32", "bf16"]
 
 
-def precision_hint_for(manifest_precision: str, setting: str = "manifest") -> str:
+def precision_hint_for(manifest: Manifest, setting: str = "manifest") -> str:
     """The ``INFERENCE_PRECISION_HINT`` (``f32`` | ``bf16``) to compile an artifact with.
 
-    ``manifest``: a ``bf16`` artifact runs in bf16; ``fp32`` and ``int8`` artifacts run in f32 (the
-    layers an INT8 model keeps in floating point stay f32); anything else is refused.
+    ``manifest``: a ``bf16`` artifact runs in bf16 and an ``fp32`` one in f32; an ``int8`` artifact runs
+    the layers it keeps in floating point at its ``unquantized_precision`` (f32 unless it says bf16);
+    anything else is refused.
     """
     if setting in ("f32", "bf16"):
         return setting
     if setting != "manifest":
         raise BackendLoadError(f"openvino_precision must be manifest, f32 or bf16, not {setting!r}")
-    if manifest_precision == "bf16":
+    if manifest.precision == "bf16":
         return "bf16"
-    if manifest_precision in ("fp32", "int8"):
+    if manifest.precision == "int8":
+        return manifest.unquantized_precision or "f32"
+    if manifest.precision == "fp32":
         return "f32"
     raise BackendLoadError(
-        f"OpenVINO has no {manifest_precision!r} CPU inference; run this artifact on another backend or set "
+        f"OpenVINO has no {manifest.precision!r} CPU inference; run this artifact on another backend or set "
         "DETECT_OPENVINO_PRECISION=f32|bf16"
     )
 
@@ -78,7 +82,7 @@ class OpenVinoBackend(Backend):
                 "backend 'openvino' needs the openvino package (pip install 'detect[serve]')"
             ) from exc
         self._version = ov.__version__.split("-")[0]
-        hint = precision_hint_for(manifest.precision, precision)
+        hint = precision_hint_for(manifest, precision)
         config: dict[str, Any] = {
             "INFERENCE_PRECISION_HINT": hint,
             "PERFORMANCE_HINT": "LATENCY",

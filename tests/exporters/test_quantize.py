@@ -64,6 +64,18 @@ def test_ignored_scope_keeps_preprocessing_and_postprocessing_fp32() -> None:
     assert "Sigmoid" in scope["types"]
 
 
+def test_unquantized_precision_is_refused_for_bf16_variants(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        ["quantize", "--artifact", str(DEFAULT), "--output", str(tmp_path / "x" / "1"), "--data",
+         str(tmp_path), "--precision", "bf16", "--unquantized-precision", "bf16"]
+    )  # fmt: skip
+    assert code != 0
+    assert "--unquantized-precision applies to --precision int8 only" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
 def test_gate_failures_name_what_dropped() -> None:
     accuracy = Accuracy(
         dataset="d", split="val", images=1, annotations_sha256="0", runtime="r", box_ap=0.40,
@@ -78,11 +90,13 @@ def test_int8_variant_passes_the_gate_and_records_its_provenance(small_val: Path
     output = tmp_path / "models" / "ssd300-synth-int8" / "1"
     code = main(
         ["quantize", "--artifact", str(DEFAULT), "--output", str(output), "--data", str(small_val),
-         "--calibration-split", "val", "--calibration-images", "8", "--max-ap-drop", "0.05"]
+         "--calibration-split", "val", "--calibration-images", "8", "--max-ap-drop", "0.05",
+         "--unquantized-precision", "bf16"]
     )  # fmt: skip
     assert code == 0
     manifest = Manifest.read(output)
     assert manifest.precision == "int8" and manifest.format == "onnx"
+    assert manifest.unquantized_precision == "bf16"
     assert manifest.parent is not None
     assert (manifest.parent.name, manifest.parent.version) == ("ssd300-synth", "1")
     assert manifest.parent.file_sha256 == file_sha256(DEFAULT / "model.onnx")
@@ -92,6 +106,7 @@ def test_int8_variant_passes_the_gate_and_records_its_provenance(small_val: Path
     assert manifest.provenance.export_settings["unquantized_weight_storage"] == "float16"  # as the parent
     accuracy = manifest.accuracy
     assert accuracy is not None and accuracy.images == VAL_IMAGES and accuracy.max_ap_drop == 0.05
+    assert accuracy.runtime.startswith("openvino[") and accuracy.runtime.endswith(",CPU,bf16]")  # as served
     assert accuracy.parent_box_ap is not None and accuracy.parent_box_ap > 0.2
     assert accuracy.box_ap_delta == pytest.approx(accuracy.box_ap - accuracy.parent_box_ap)
     model = load_checked(output / manifest.file)  # the checker with strict shape and type inference

@@ -111,22 +111,35 @@ def test_bf16_is_explicit_and_reported(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("manifest_precision", "setting", "hint"),
+    ("precision", "unquantized", "setting", "hint"),
     [
-        ("fp32", "manifest", "f32"),
-        ("int8", "manifest", "f32"),
-        ("bf16", "manifest", "bf16"),
-        ("fp32", "bf16", "bf16"),
-        ("bf16", "f32", "f32"),
+        ("fp32", None, "manifest", "f32"),
+        ("int8", None, "manifest", "f32"),
+        ("int8", "bf16", "manifest", "bf16"),  # the INT8 artifact's unquantized layers run in bf16
+        ("int8", "bf16", "f32", "f32"),  # the setting still wins
+        ("bf16", None, "manifest", "bf16"),
+        ("fp32", None, "bf16", "bf16"),
+        ("bf16", None, "f32", "f32"),
     ],
 )
-def test_precision_hint_rule(manifest_precision: str, setting: str, hint: str) -> None:
-    assert precision_hint_for(manifest_precision, setting) == hint
+def test_precision_hint_rule(precision: str, unquantized: str | None, setting: str, hint: str) -> None:
+    manifest = Manifest.read(SSD300).model_copy(
+        update={"precision": precision, "unquantized_precision": unquantized}
+    )
+    assert precision_hint_for(manifest, setting) == hint
 
 
 def test_fp16_artifact_needs_an_explicit_precision() -> None:
+    manifest = Manifest.read(SSD300).model_copy(update={"precision": "fp16"})
     with pytest.raises(BackendLoadError, match="DETECT_OPENVINO_PRECISION"):
-        precision_hint_for("fp16", "manifest")
+        precision_hint_for(manifest, "manifest")
+
+
+def test_unquantized_precision_is_for_int8_artifacts_only() -> None:
+    fields = Manifest.read(SSD300).model_dump() | {"unquantized_precision": "bf16"}
+    with pytest.raises(ValueError, match="unquantized_precision is for int8 artifacts; this one is fp32"):
+        Manifest.model_validate(fields)
+    assert Manifest.model_validate(fields | {"precision": "int8"}).unquantized_precision == "bf16"
 
 
 def test_compile_cache_is_filled_then_used(tmp_path: Path) -> None:
@@ -251,6 +264,19 @@ def test_int8_manifest_reads(tmp_path: Path) -> None:
     manifest = Manifest.read(SSD300).model_copy(update={"precision": "int8", "format": "openvino"})
     manifest.write(tmp_path)
     assert Manifest.read(tmp_path).precision == "int8"
+
+
+def test_int8_artifact_runs_its_unquantized_layers_as_its_manifest_says(tmp_path: Path) -> None:
+    shipped = PROJECT / "models" / "ssd300-synth-int8" / "1"
+    artifact = tmp_path / "ssd300-synth-int8" / "1"
+    artifact.mkdir(parents=True)
+    (artifact / "model.onnx").symlink_to(shipped / "model.onnx")
+    Manifest.read(shipped).model_copy(update={"unquantized_precision": "bf16"}).write(artifact)
+    backend = load_artifact(artifact, "auto", settings(tmp_path))
+    assert isinstance(backend, OpenVinoBackend) and backend.inference_precision == "bf16"
+    assert load_artifact(shipped, "auto", settings(tmp_path)).inference_precision == "f32"
+    # ONNX Runtime has no such switch: it computes them in f32, and says so.
+    assert load_artifact(artifact, "cpu", settings(tmp_path)).inference_precision == "f32"
 
 
 def test_auto_follows_a_bf16_setting_to_openvino(tmp_path: Path) -> None:

@@ -102,6 +102,8 @@ def test_shipped_artifacts_serve_their_recorded_ap(synthetic_val: Path) -> None:
                 assert ap["segm"] == pytest.approx(accuracy.mask_ap, abs=TOLERANCE), f"{directory}: {ap}"
             info = client.get(f"/v1/models/{manifest.name}", params={"version": manifest.version}).json()
             assert info["precision"] == manifest.precision
+            if manifest.precision == "int8":  # its unquantized layers compute as the gate measured them
+                assert info["inference_precision"] == (manifest.unquantized_precision or "f32"), directory
             assert info["accuracy"]["box_ap"] == accuracy.box_ap
             if manifest.parent is not None:  # a variant shows where it comes from and what it lost
                 assert info["parent"]["name"] == manifest.parent.name

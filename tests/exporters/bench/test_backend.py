@@ -85,3 +85,8 @@ def test_models_of_different_input_sizes_compare_against_their_own_fp32(
     assert variants[("ssd300-synth-int8", "openvino int8")]["speedup"]["1"] > 0
     assert variants[("ssd320-synth-int8", "openvino int8")]["images_per_s"]["1"] > 0
     assert variants[("ssd320-synth-int8", "openvino int8")]["speedup"] == {}  # no fp32 of its checkpoint ran
+    # An INT8 artifact also runs with its unquantized layers in the precision its manifest does not name.
+    as_served, other = (
+        variants[("ssd300-synth-int8", label)] for label in ("openvino int8", "openvino int8, bf16 rest")
+    )
+    assert (as_served["inference_precision"], other["inference_precision"]) == ("f32", "bf16")
