@@ -58,6 +58,7 @@ def export_int8_engine(request: TensorRTExportRequest, manifest: Manifest, model
             ),
             format="tensorrt",
             file=PLAN_FILE,
+            unquantized_precision=None,  # an OpenVINO setting: the engine keeps the QDQ graph's fp32 layers
             max_batch_size=config.max_batch,
             dynamic_batch=config.min_batch != config.max_batch,
             verification=verification,
