@@ -3,14 +3,13 @@ beside their runs), and its refusal without a GPU."""
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from scripts_testkit import load_script
 
 from exporters.tensorrt_engine import gpu_unavailable_reason
 from service.manifest import Manifest
@@ -18,16 +17,7 @@ from service.manifest import Manifest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu_engines", ROOT / "scripts/gpu_engines.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
-
-
-engines = _script()
+engines = load_script("gpu_engines")
 
 
 def _manifest(source: str, target: Path) -> Path:
