@@ -135,13 +135,6 @@ def test_fp16_artifact_needs_an_explicit_precision() -> None:
         precision_hint_for(manifest, "manifest")
 
 
-def test_unquantized_precision_is_for_int8_artifacts_only() -> None:
-    fields = Manifest.read(SSD300).model_dump() | {"unquantized_precision": "bf16"}
-    with pytest.raises(ValueError, match="unquantized_precision is for int8 artifacts; this one is fp32"):
-        Manifest.model_validate(fields)
-    assert Manifest.model_validate(fields | {"precision": "int8"}).unquantized_precision == "bf16"
-
-
 def test_compile_cache_is_filled_then_used(tmp_path: Path) -> None:
     cache = tmp_path / "ov-cache"
     first = load_artifact(SSD300, "openvino", settings(tmp_path))
