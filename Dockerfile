@@ -32,6 +32,7 @@ RUN python -m venv /opt/uv \
 FROM uv AS wheel
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY contract ./contract
 COPY service ./service
 COPY training ./training
 COPY exporters ./exporters

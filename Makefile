@@ -32,8 +32,8 @@ test: setup lint
 	$(VENV)/bin/python -m pytest
 
 lint: setup
-	$(VENV)/bin/ruff check training exporters service tests scripts
-	$(VENV)/bin/ruff format --check training exporters service tests scripts
+	$(VENV)/bin/ruff check contract training exporters service tests scripts
+	$(VENV)/bin/ruff format --check contract training exporters service tests scripts
 	$(VENV)/bin/mypy
 
 serve: setup-serve

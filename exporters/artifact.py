@@ -17,8 +17,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from contract.manifest import MANIFEST_FILE, Manifest
 from exporters.errors import InvalidModelError, OutputExistsError
-from service.manifest import MANIFEST_FILE, Manifest
 
 _TOOLS = ("torch", "torchvision", "onnx", "onnxruntime", "onnxslim", "onnxconverter-common", "tensorrt")
 

@@ -105,7 +105,7 @@ def _add_onnx_parser(sub: Any) -> None:
 
 
 def _run_onnx(args: argparse.Namespace) -> int:
-    from exporters.onnx_export import OnnxExportRequest, export_onnx
+    from exporters.onnx.export import OnnxExportRequest, export_onnx
 
     request = _request(OnnxExportRequest, args, max_batch_size=args.max_batch, verify=not args.no_verify)
     manifest = export_onnx(request)
@@ -130,7 +130,7 @@ def _add_verify_parser(sub: Any) -> None:
 
 
 def _run_verify(args: argparse.Namespace) -> int:
-    from exporters.verify import verify_artifact
+    from exporters.evaluation.verify import verify_artifact
 
     report = verify_artifact(
         args.artifact,
@@ -159,7 +159,7 @@ def _add_display_threshold_parser(sub: Any) -> None:
 
 
 def _run_display_threshold(args: argparse.Namespace) -> int:
-    from exporters.verify import artifact_display_threshold
+    from exporters.evaluation.verify import artifact_display_threshold
 
     display = artifact_display_threshold(
         args.artifact, args.data, args.split, args.batch_size, args.max_images, write=not args.no_write
@@ -183,7 +183,7 @@ def _add_fp16_eval_parser(sub: Any) -> None:
 
 
 def _run_fp16_eval(args: argparse.Namespace) -> int:
-    from exporters.fp16 import fp16_eval
+    from exporters.precision.fp16 import fp16_eval
 
     report = fp16_eval(
         args.artifact, args.fp16, args.data, args.split, args.max_images, write=not args.no_write
@@ -224,7 +224,7 @@ def _add_trt_parser(sub: Any) -> None:
 
 
 def _run_trt(args: argparse.Namespace) -> int:
-    from exporters.tensorrt_build import TensorRTExportRequest, export_tensorrt
+    from exporters.tensorrt.build import TensorRTExportRequest, export_tensorrt
 
     manifest = export_tensorrt(_request(TensorRTExportRequest, args, verify=not args.no_verify))
     print(f"wrote {args.output}/{manifest.file} and manifest.json (format {manifest.format}, fp16)")
@@ -273,7 +273,7 @@ def _add_quantize_parser(sub: Any) -> None:
 
 
 def _run_quantize(args: argparse.Namespace) -> int:
-    from exporters.quantize import QuantizeRequest, quantize_artifact
+    from exporters.precision.quantize import QuantizeRequest, quantize_artifact
 
     request = _request(
         QuantizeRequest,
@@ -309,7 +309,7 @@ def _add_eval_parser(sub: Any) -> None:
 
 
 def _run_eval(args: argparse.Namespace) -> int:
-    from exporters.quantize import record_accuracy
+    from exporters.precision.quantize import record_accuracy
 
     accuracy = record_accuracy(
         args.artifact,

@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from contract.manifest import InputSpec, Manifest, Provenance
 from exporters.artifact import tool_versions, utc_now
-from service.manifest import InputSpec, Manifest, Provenance
 
 if TYPE_CHECKING:
-    from exporters.postprocess_graph import PostprocessSettings
-    from exporters.wrappers import ExportWrapper
+    from exporters.onnx.postprocess_graph import PostprocessSettings
+    from exporters.onnx.wrappers import ExportWrapper
     from training.checkpoint import Checkpoint
 
 

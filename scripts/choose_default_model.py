@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from service.backends.select import cpu_runtime_for
-from service.manifest import Manifest
+from contract.manifest import Manifest
+from service.runtime.backends.select import cpu_runtime_for
 
 MIN_IMAGES_PER_S = 25.0
 AP_TIE = 0.005

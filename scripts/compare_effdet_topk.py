@@ -23,11 +23,11 @@ import numpy as np
 import torch
 
 from exporters.artifact import read_artifact
-from exporters.coco_ap import evaluate_split
-from exporters.compare import Detections, match_detections, summarize_matches
-from exporters.ort_cpu import cpu_session
-from exporters.verify import manifest_to_original, onnx_detector
-from exporters.wrappers import get_wrapper
+from exporters.evaluation.coco_ap import evaluate_split
+from exporters.evaluation.compare import Detections, match_detections, summarize_matches
+from exporters.evaluation.verify import manifest_to_original, onnx_detector
+from exporters.onnx.ort_cpu import cpu_session
+from exporters.onnx.wrappers import get_wrapper
 from training.checkpoint import load_checkpoint
 from training.detectors.efficientdet.effdet_compat import batch_detection, post_process_topk
 from training.detectors.efficientdet.export import EfficientDetWrapper

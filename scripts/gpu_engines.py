@@ -10,7 +10,8 @@ fp32 artifacts under ``--models``, and for an INT8 variant shipped without its p
 R-CNN), the parent that ``make ssd320-model`` / ``make maskrcnn-model`` leave under ``--parents``
 (``runs/*/artifact/NAME/VERSION``). For each group it runs ``detect-export trt`` on the parent (FP16
 engine) and on each INT8 variant (explicit-precision INT8 engine from its QDQ graph); then COCO AP of
-every engine as the service serves it (`exporters.served_eval`, backend ``tensorrt``) next to the fp32
+every engine as the service serves it (`exporters.evaluation.served_eval`, backend ``tensorrt``) next to the
+fp32
 ONNX artifact's (backend ``cpu``), and img/s of the engine alone on random uint8 batches. A variant whose
 parent is nowhere still gets its INT8 engine, compared with the parent AP its manifest recorded. Without
 a GPU it stops at once, exit 4, saying what it checked.
@@ -26,10 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-from exporters.served_eval import served_metrics
-from exporters.tensorrt_build import TensorRTExportRequest, export_tensorrt
-from exporters.tensorrt_engine import gpu_unavailable_reason
-from service.manifest import Manifest
+from contract.manifest import Manifest
+from exporters.evaluation.served_eval import served_metrics
+from exporters.tensorrt.build import TensorRTExportRequest, export_tensorrt
+from exporters.tensorrt.engine import gpu_unavailable_reason
 
 BATCHES = (1, 8, 64)
 
@@ -71,7 +72,7 @@ def shipped(models: Path, parents: Path | None = None) -> list[Group]:
 
 def throughput(plan: Path, manifest: Manifest, batch: int, iterations: int) -> float:
     """Images per second of the engine as the service runs it (its TensorRT backend)."""
-    from service.backends.tensorrt_backend import TensorRTBackend
+    from service.runtime.backends.tensorrt_backend import TensorRTBackend
 
     backend = TensorRTBackend(manifest, plan)
     images = np.random.default_rng(0).integers(

@@ -32,9 +32,9 @@ from typing import Any
 import onnx
 
 from exporters.artifact import read_artifact
-from exporters.nncf_int8 import calibration_files, ignored_scope, quantize_batches
-from exporters.onnx_graph import ensure_node_names, load_checked, restore_weights_fp32
-from exporters.served_eval import served_batches, served_metrics
+from exporters.evaluation.served_eval import served_batches, served_metrics
+from exporters.onnx.graph import ensure_node_names, load_checked, restore_weights_fp32
+from exporters.precision.nncf_int8 import calibration_files, ignored_scope, quantize_batches
 
 
 def _scopes(items: list[str]) -> dict[str, list[str]]:

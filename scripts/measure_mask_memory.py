@@ -21,10 +21,10 @@ import time
 
 import numpy as np
 
-from service.manifest import Label
-from service.masks import masks_to_polygons, masks_to_rles, paste_mask
-from service.postprocess import KeptDetections
-from service.render import render_detections
+from contract.manifest import Label
+from service.imaging.masks import masks_to_polygons, masks_to_rles, paste_mask
+from service.imaging.postprocess import KeptDetections
+from service.imaging.render import render_detections
 
 
 def peak_rss_mib() -> float:
@@ -91,7 +91,7 @@ def main() -> None:
     }
 
     started = time.perf_counter()
-    # As service.pipeline renders: masks pasted lazily, one at a time, while they are drawn.
+    # As service.pipeline.detect renders: masks pasted lazily, one at a time, while they are drawn.
     pasted = (paste_mask(m, b, height, width) for m, b in zip(masks, boxes, strict=True))
     jpeg = render_detections(image, dets, labels, "jpeg", pasted)
     report["render_jpeg"] = {

@@ -26,7 +26,7 @@ def rss_kib() -> int:
 
 
 def measure(images: int, size: int, nested: bool) -> None:
-    from service.manifest import OUTPUT_NAMES, InputSpec
+    from contract.manifest import OUTPUT_NAMES, InputSpec
     from service.v2.tensors import decode_request
 
     pixels = np.random.default_rng(0).integers(0, 256, (images, size, size, 3), dtype=np.uint8)

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 
-from service.manifest import Manifest
+from contract.manifest import Manifest
 
 
 def profile(

@@ -15,19 +15,21 @@ from importlib.metadata import PackageNotFoundError, version
 
 from fastapi import FastAPI
 
-from service.admission import Resources
-from service.auth import ApiKeyMiddleware, load_api_keys
-from service.backends import BackendFactory, create_backend
 from service.errors import install_error_handlers
-from service.lifecycle import Lifecycle
-from service.metrics import ServiceMetrics, serve_metrics
-from service.middleware import DetectRequestMiddleware
-from service.model_control import ModelControl
-from service.model_runtime import ModelRuntime
-from service.repository import scan_repository, select_versions
-from service.routes import detect, health, metrics, models, v2_models, v2_repository
+from service.http.auth import ApiKeyMiddleware, load_api_keys
+from service.http.lifecycle import Lifecycle
+from service.http.middleware import DetectRequestMiddleware
+from service.http.routes import detect, health, metrics, models
+from service.http.web import install_web
+from service.runtime.admission import Resources
+from service.runtime.backends import BackendFactory, create_backend
+from service.runtime.metrics import ServiceMetrics, serve_metrics
+from service.runtime.model_control import ModelControl
+from service.runtime.model_runtime import ModelRuntime
+from service.runtime.repository import scan_repository, select_versions
 from service.settings import Settings
-from service.web import install_web
+from service.v2 import repository_routes as v2_repository
+from service.v2 import routes as v2_models
 
 
 def _package_version() -> str:
@@ -81,7 +83,7 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
         version=_package_version(),
         description="Object detection over HTTP: dynamic batching, boxed images, Prometheus metrics.",
         lifespan=lifespan,
-        docs_url=None,  # /docs and /redoc come from service.web, on assets served here (no CDN)
+        docs_url=None,  # /docs and /redoc come from service.http.web, on assets served here (no CDN)
         redoc_url=None,
         openapi_url="/openapi.json" if docs else None,
     )

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import uvicorn
 
 if TYPE_CHECKING:
-    from service.lifecycle import Lifecycle
+    from service.http.lifecycle import Lifecycle
 
 logger = logging.getLogger("service.cli")
 
@@ -98,10 +98,10 @@ def main(argv: list[str] | None = None) -> int:
     from pydantic import ValidationError
 
     from service.app import create_app
-    from service.auth import ApiKeyError
-    from service.http_protocol import protocol_class
-    from service.memory import limit_heap_growth
-    from service.repository import RepositoryError
+    from service.http.auth import ApiKeyError
+    from service.http.h11_protocol import protocol_class
+    from service.runtime.memory import limit_heap_growth
+    from service.runtime.repository import RepositoryError
     from service.settings import Settings
 
     overrides = {key: value for key, value in vars(args).items() if value is not None}

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.manifest import Accuracy, InputSpec, Label, Parent
+from contract.manifest import Accuracy, InputSpec, Label, Parent
 
 
 class DetectQuery(BaseModel):

@@ -62,7 +62,7 @@ class Settings(BaseSettings):
     # "latest": load the highest version of each model; "all": load every version (each costs memory).
     versions: Literal["latest", "all"] = "latest"
     # Model used when a request names none; unset: the repository's file 'default', else its only model
-    # (several and none declared: requests must name one; see service/default_model.py).
+    # (several and none declared: requests must name one; see service/runtime/default_model.py).
     default_model: str | None = None
     # The live model repository (Open Inference Protocol repository extension): POST /v2/repository/index
     # and /v2/repository/models/{name}/load|unload, behind the API key when keys are set. Off by default (as

@@ -62,7 +62,7 @@ def _flat(maps: list[torch.Tensor]) -> torch.Tensor:
 def calibration_images(seed: int) -> torch.Tensor:
     """The images the exporters' checks feed (a synthetic scene, noise, a gradient; generated_batches'
     defaults), letterboxed to 128 and normalized."""
-    from exporters.verify import generated_batches
+    from exporters.evaluation.verify import generated_batches
     from training.data.letterbox import letterbox_resize
     from training.detectors.efficientdet.transforms import EFFICIENTDET_PAD_VALUE
     from training.detectors.ssd300.transforms import normalize_to_tensor

@@ -3,7 +3,7 @@
 Detectors with a mask head (Mask R-CNN) predict ``[K, M, M]`` mask probabilities in each detection's
 box frame. They are pasted into the original image with torchvision's own ``paste_masks_in_image``
 (pad by one pixel, grow the box by (M + 2) / M, bilinear resize into the box, threshold 0.5: what
-torchvision's Mask R-CNN evaluation does; the service's ``service.masks`` reproduces it without torch)
+torchvision's Mask R-CNN evaluation does; the service's ``service.imaging.masks`` reproduces it without torch)
 and encoded as COCO compressed RLE with pycocotools.
 """
 

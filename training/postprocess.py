@@ -1,7 +1,7 @@
 """The one post-processing configuration every architecture's detections go through, the ONNX-exportable
 NonMaxSuppression, and the per-image detections the eager references return.
 
-:class:`PostprocessSettings` drives both the exported graph (``exporters.postprocess_graph``) and each
+:class:`PostprocessSettings` drives both the exported graph (``exporters.onnx.postprocess_graph``) and each
 architecture's eager post-processing (``training/detectors/<name>/postprocess.py``), so a wrapper passes one
 object through instead of copying its fields.
 """
@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 from torchvision.ops import nms
 
-from service.manifest import MASK_OUTPUT
+from contract.manifest import MASK_OUTPUT
 
 # TensorRT (10.x, 11.x) requires TopK's K to be less than 3840.
 TENSORRT_MAX_TOPK = 3839

@@ -33,9 +33,9 @@ from typing import Any
 
 import numpy as np
 
+from contract.manifest import Manifest
 from exporters.artifact import read_artifact
 from exporters.errors import ExportError
-from service.manifest import Manifest
 
 COLUMNS = ("runtime", "batch", "img/s", "avg ms", "p90 ms", "p95 ms", "p99 ms")
 
@@ -107,7 +107,7 @@ def format_table(rows: list[BenchRow]) -> str:
 
 def bench_images(manifest: Manifest, count: int, seed: int = 0) -> np.ndarray:
     """``count`` distinct uint8 images at the input size (synthetic scenes, noise, gradients)."""
-    from exporters.verify import generated_batches, manifest_resize
+    from exporters.evaluation.verify import generated_batches, manifest_resize
 
     return generated_batches(manifest_resize(manifest), sizes=(count,), seed=seed)[0]
 
@@ -122,8 +122,8 @@ def _onnx_path(artifact: Path, manifest: Manifest, model_path: Path) -> Path | N
 def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     import onnxruntime as ort  # the serve extra; onnx (below) is the export extra's
 
-    from exporters.onnx_graph import load_checked
-    from exporters.ort_cpu import cpu_session
+    from exporters.onnx.graph import load_checked
+    from exporters.onnx.ort_cpu import cpu_session
 
     artifact = Path(args.artifact)
     manifest, model_path = read_artifact(artifact)
@@ -146,11 +146,11 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         )
     notes = []
     if manifest.format == "tensorrt":
-        from exporters.tensorrt_engine import gpu_unavailable_reason
+        from exporters.tensorrt.engine import gpu_unavailable_reason
 
         reason = gpu_unavailable_reason()
         if reason is None:
-            from service.backends.tensorrt_backend import TensorRTBackend
+            from service.runtime.backends.tensorrt_backend import TensorRTBackend
 
             runners["tensorrt (fp16)"] = TensorRTBackend(manifest, model_path).infer
         else:
@@ -195,8 +195,8 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
 def _eager_runner(checkpoint: str, manifest: Manifest, threads: int) -> Callable[[np.ndarray], object]:
     import torch
 
-    from exporters.verify import check_same_model, settings_from_manifest
-    from exporters.wrappers import get_wrapper
+    from exporters.evaluation.verify import check_same_model, settings_from_manifest
+    from exporters.onnx.wrappers import get_wrapper
     from training.checkpoint import load_checkpoint
 
     if threads:
@@ -224,9 +224,9 @@ def postprocess_share(
     full graph ms, and post-processing / network. (For a two-stage model, Mask R-CNN, the second half
     is proposal selection, RoI heads, NMS and masks: its raw tensors are the FPN and RPN head outputs.)
     """
-    from exporters.onnx_graph import extract
-    from exporters.ort_cpu import cpu_session
-    from exporters.verify import raw_names_from_manifest
+    from exporters.evaluation.verify import raw_names_from_manifest
+    from exporters.onnx.graph import extract
+    from exporters.onnx.ort_cpu import cpu_session
 
     raw = raw_names_from_manifest(manifest)
     network = cpu_session(extract(model, [manifest.input.name], raw), threads)
@@ -359,7 +359,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_comparison(args: argparse.Namespace) -> int:
     from exporters.bench.runtimes import compare_runtimes, format_comparison
-    from service.backends import BackendLoadError
+    from service.runtime.backends import BackendLoadError
 
     if args.rounds < 1:
         print("detect-bench backend: error: --rounds must be >= 1", file=sys.stderr)

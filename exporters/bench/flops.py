@@ -27,7 +27,7 @@ def count_gflops(network: nn.Module, input_shape: tuple[int, int, int]) -> float
 
 def checkpoint_gflops(checkpoint: str) -> float:
     """GFLOP per image of a checkpoint's network at its export input size."""
-    from exporters.wrappers import get_wrapper
+    from exporters.onnx.wrappers import get_wrapper
     from training.checkpoint import load_checkpoint
 
     ckpt = load_checkpoint(checkpoint)

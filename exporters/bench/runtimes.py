@@ -3,7 +3,8 @@
     detect-bench backend --models models/ssd300-synth --data /data/synth --batch-sizes 1,8 --rounds 5
 
 Every artifact (version folder) of each model folder runs on every CPU runtime that can run it, loaded
-through the service's own backend factory (`service.backends.load_artifact`), so what is measured is what
+through the service's own backend factory (`service.runtime.backends.load_artifact`), so what is measured is
+what
 is served:
 
 ==================  ==============================================================
@@ -39,10 +40,10 @@ from typing import Any
 
 import numpy as np
 
-from exporters.compare import Detections
-from service.backends import Backend, load_artifact
-from service.imaging import resize_for_network
-from service.manifest import MANIFEST_FILE, Manifest
+from contract.geometry import resize_for_network
+from contract.manifest import MANIFEST_FILE, Manifest
+from exporters.evaluation.compare import Detections
+from service.runtime.backends import Backend, load_artifact
 from service.settings import Settings
 
 # (DETECT_BACKEND, DETECT_OPENVINO_PRECISION, label) per artifact (format, precision).
@@ -173,8 +174,8 @@ def time_interleaved(
 
 def measure_ap(variants: list[Variant], backends: list[Backend], data: str, max_images: int | None) -> None:
     """COCO AP (and mask AP) of each variant on ``data``'s validation split, through its backend."""
-    from exporters.coco_ap import evaluate_split
-    from exporters.verify import manifest_to_original
+    from exporters.evaluation.coco_ap import evaluate_split
+    from exporters.evaluation.verify import manifest_to_original
     from training.train import default_split
 
     split = default_split(data, "val")
@@ -199,7 +200,7 @@ def _detector(backend: Backend) -> Callable[[np.ndarray], list[Detections]]:
 
 
 def _service_resize(manifest: Manifest) -> Callable[[np.ndarray], np.ndarray]:
-    """The service's resize (`service.imaging`), so AP is measured on exactly what is served."""
+    """The service's resize (`contract.geometry`), so AP is measured on exactly what is served."""
     return lambda image: resize_for_network(image, manifest.input)[0]
 
 

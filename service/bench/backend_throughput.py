@@ -1,4 +1,4 @@
-"""Raw throughput of a service backend (``service.backends``), without HTTP, batcher or decoding.
+"""Raw throughput of a service backend (``service.runtime.backends``), without HTTP, batcher or decoding.
 
 The yardstick for serving overhead: ``detect-bench http --compare-backend MODEL_DIR`` runs this at the
 mean batch size the server actually formed, and reports HTTP throughput / raw throughput.
@@ -14,11 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
-from service.backends import create_backend
-from service.decoding import decode_image
-from service.imaging import resize_for_network
-from service.manifest import MANIFEST_FILE, Manifest
-from service.repository import ModelEntry, scan_repository, select_versions
+from contract.geometry import resize_for_network
+from contract.manifest import MANIFEST_FILE, Manifest
+from service.imaging.decoding import decode_image
+from service.runtime.backends import create_backend
+from service.runtime.repository import ModelEntry, scan_repository, select_versions
 from service.settings import Settings
 
 

@@ -70,7 +70,7 @@ class HttpLoadResult:
     http_over_raw: float | None = None
     rounds: int = 1
     # (seconds, observations) of each server stage histogram over the window: per image, but per batch
-    # for inference (see service.metrics).
+    # for inference (see service.runtime.metrics).
     stage_totals: dict[str, tuple[float, float]] = field(default_factory=dict)
     latencies_s: list[float] = field(default_factory=list, repr=False)  # not written to --json
 

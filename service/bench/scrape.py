@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.metrics import STAGES
+from service.runtime.metrics import STAGES
 
 
 def histogram_totals(metrics_text: str, model: str | None) -> dict[str, tuple[float, float]]:

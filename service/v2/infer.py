@@ -1,6 +1,6 @@
 """One Open Inference Protocol inference request, through the same stages as /detect.
 
-The raw body is read within the body limits and budget (`service.uploads.body_chunks`; clients such as
+The raw body is read within the body limits and budget (`service.http.uploads.body_chunks`; clients such as
 ``tritonclient`` send no Content-Type), parsed in a worker thread holding image memory for the JSON's
 objects, then either:
 
@@ -19,13 +19,13 @@ from dataclasses import dataclass
 import numpy as np
 from starlette.requests import Request
 
-from service.admission import Resources, hold
-from service.budget import MemoryBudget
 from service.errors import PayloadTooLarge, UnsupportedMediaType
-from service.model_runtime import LoadedModel
-from service.pipeline import plan_images, prepare_images
-from service.timing import RequestStages
-from service.uploads import ImageUpload, UploadLimits, body_chunks
+from service.http.uploads import ImageUpload, UploadLimits, body_chunks
+from service.pipeline.detect import plan_images, prepare_images
+from service.pipeline.timing import RequestStages
+from service.runtime.admission import Resources, hold
+from service.runtime.budget import MemoryBudget
+from service.runtime.model_runtime import LoadedModel
 from service.v2.signature import BYTES_INPUT
 from service.v2.tensors import DecodedRequest, decode_request, header_length
 

@@ -8,15 +8,15 @@ Inputs (exactly one per request; the batch is the first dimension):
 - ``image_bytes``: ``BYTES [B]`` or ``[B, 1]`` encoded images (JPEG, PNG, ...) that the server decodes
   and resizes; boxes then come back in original-image pixels instead of normalized to the network input.
 
-Outputs: the artifact's contract (`service.manifest`), K = ``max_detections``.
+Outputs: the artifact's contract (`contract.manifest`), K = ``max_detections``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from service.manifest import MASK_OUTPUT
-from service.model_runtime import LoadedModel
+from contract.manifest import MASK_OUTPUT
+from service.runtime.model_runtime import LoadedModel
 from service.v2.schemas import ModelMetadata, TensorMetadata
 
 BYTES_INPUT = "image_bytes"

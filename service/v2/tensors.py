@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
+from contract.manifest import InputSpec
 from service.errors import BadRequest
-from service.manifest import InputSpec
 from service.v2.schemas import InferRequest, RequestInput
 from service.v2.signature import BYTES_INPUT, OUTPUT_DATATYPES
 

@@ -286,7 +286,7 @@ def _route_path(router: Any, endpoint: Any) -> str:
 
 def read_service_routes() -> ServiceRoutes:
     """The service's real paths, read from its routers (the ones `service.app.create_app` mounts)."""
-    from service.routes import detect, health, metrics, models
+    from service.http.routes import detect, health, metrics, models
 
     all_get = frozenset(
         route.path
@@ -304,7 +304,7 @@ def read_service_routes() -> ServiceRoutes:
 
 def read_metric_families() -> dict[str, str]:
     """{metric family name: type} of every metric the service registers (`ServiceMetrics`)."""
-    from service.metrics import ServiceMetrics
+    from service.runtime.metrics import ServiceMetrics
 
     return {family.name: family.type for family in ServiceMetrics().registry.collect()}
 

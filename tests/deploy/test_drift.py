@@ -3,7 +3,7 @@ docs name exists in the service's code.
 
 The service side is read from the code, never restated: paths from the routers `service.app.create_app`
 mounts, DETECT_* names from `Settings.model_fields` and its env prefix, metric names from the registry
-of `service.metrics.ServiceMetrics`.
+of `service.runtime.metrics.ServiceMetrics`.
 """
 
 from __future__ import annotations

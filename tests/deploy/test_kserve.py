@@ -12,8 +12,8 @@ import pytest
 import yaml
 from deploy_testkit import K8S, K8S_SCHEMA_VERSION, ROOT
 
-from service.auth import OPEN_PREFIXES
-from service.routes import v2_models
+from service.http.auth import OPEN_PREFIXES
+from service.v2 import routes as v2_models
 
 # KServe's storage initializer downloads (or mounts) storageUri here.
 KSERVE_MODEL_MOUNT = "/mnt/models"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from service.manifest import Manifest
+from contract.manifest import Manifest
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ import pytest
 import torch
 from exporters_testkit import ExportedArtifact, copy_artifact
 
+from contract.manifest import Manifest
 from exporters.cli import EXIT_BAD_INPUT, main
-from service.manifest import Manifest
 from training.checkpoint import Checkpoint, save_checkpoint
 
 
@@ -125,9 +125,9 @@ def test_bad_threshold_is_named(
 
 def test_each_command_turns_its_flags_into_its_request() -> None:
     from exporters.cli import _request, build_parser
-    from exporters.onnx_export import OnnxExportRequest
-    from exporters.quantize import QuantizeRequest
-    from exporters.tensorrt_build import TensorRTExportRequest
+    from exporters.onnx.export import OnnxExportRequest
+    from exporters.precision.quantize import QuantizeRequest
+    from exporters.tensorrt.build import TensorRTExportRequest
 
     parse = build_parser().parse_args
     onnx = parse(["onnx", "--checkpoint", "c.pt", "--output", "o", "--max-batch", "4", "--no-verify"])

@@ -6,8 +6,8 @@ import pydantic
 import pytest
 from exporters_testkit import ExportedArtifact
 
+from contract.manifest import Manifest
 from exporters.manifests import carried_settings, checkpoint_metrics, derived_manifest
-from service.manifest import Manifest
 
 
 def test_a_derived_manifest_keeps_the_contract_and_the_training_provenance(

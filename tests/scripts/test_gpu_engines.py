@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from scripts_testkit import load_script
 
-from exporters.tensorrt_engine import gpu_unavailable_reason
-from service.manifest import Manifest
+from contract.manifest import Manifest
+from exporters.tensorrt.engine import gpu_unavailable_reason
 
 ROOT = Path(__file__).resolve().parents[2]
 

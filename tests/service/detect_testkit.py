@@ -11,7 +11,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 from service_testkit import encode, solid_image
 
-from service.model_runtime import ModelRuntime
+from service.runtime.model_runtime import ModelRuntime
 
 MakeClient = Callable[..., TestClient]
 

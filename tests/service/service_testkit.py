@@ -30,9 +30,9 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from onnx import TensorProto, helper
 
-from service.backends import Backend, create_backend
-from service.manifest import MASK_OUTPUT, OUTPUT_NAMES, InputSpec, Label, Manifest
-from service.repository import ModelEntry
+from contract.manifest import MASK_OUTPUT, OUTPUT_NAMES, InputSpec, Label, Manifest
+from service.runtime.backends import Backend, create_backend
+from service.runtime.repository import ModelEntry
 from service.settings import Settings
 
 PROJECT = Path(__file__).resolve().parents[2]

@@ -11,10 +11,10 @@ import pytest
 from detectors_testkit import make_efficientdet_checkpoint
 from service_testkit import encode, make_settings, start_client
 
-from exporters.onnx_export import OnnxExportRequest, export_onnx
-from exporters.ort_cpu import cpu_session, run_contract
+from contract.manifest import Manifest
+from exporters.onnx.export import OnnxExportRequest, export_onnx
+from exporters.onnx.ort_cpu import cpu_session, run_contract
 from service.app import create_app
-from service.manifest import Manifest
 from training.data.synthetic import render_sample
 
 SIDE = 128

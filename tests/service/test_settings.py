@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from service.backends import BackendLoadError, gpu_present, resolve_backend
+from service.runtime.backends import BackendLoadError, gpu_present, resolve_backend
 from service.settings import Settings
 
 CPU_ONLY = ["CPUExecutionProvider"]

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from service_testkit import make_settings, start_client
 
+from contract.manifest import Manifest
 from service.app import create_app
-from service.manifest import Manifest
 from training.coco_eval import CocoEvaluator
 from training.data.coco import load_coco
 from training.data.synthetic import generate_dataset

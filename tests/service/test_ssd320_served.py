@@ -10,11 +10,11 @@ import pytest
 from detectors_testkit import make_ssd320_checkpoint
 from service_testkit import encode, make_settings, start_client
 
-from exporters.coco_ap import stretch_resize
-from exporters.onnx_export import OnnxExportRequest, export_onnx
-from exporters.ort_cpu import cpu_session, run_contract
+from contract.manifest import Manifest
+from exporters.evaluation.coco_ap import stretch_resize
+from exporters.onnx.export import OnnxExportRequest, export_onnx
+from exporters.onnx.ort_cpu import cpu_session, run_contract
 from service.app import create_app
-from service.manifest import Manifest
 from training.data.synthetic import render_sample
 
 

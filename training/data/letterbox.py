@@ -1,4 +1,4 @@
-"""Letterbox resizing for training and evaluation: `service.geometry`'s, the geometry the service serves.
+"""Letterbox resizing for training and evaluation: `contract.geometry`'s, the geometry the service serves.
 
 An original ``h x w`` image is scaled by ``s = min(W / w, H / h)`` to ``round(w * s) x round(h * s)``,
 pasted at the top-left corner of an ``H x W`` canvas, and the rest filled with ``pad_value``
@@ -8,7 +8,7 @@ boxes normalized to the network input back to original pixels exactly as the ser
 
 from __future__ import annotations
 
-from service.geometry import BoxTransform, letterbox_geometry, letterbox_resize
+from contract.geometry import BoxTransform, letterbox_geometry, letterbox_resize
 
 __all__ = ["Letterbox", "letterbox_geometry", "letterbox_resize", "mean_pad_value"]
 

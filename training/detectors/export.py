@@ -1,6 +1,6 @@
 """What every architecture's export wrapper provides: the one extension point of the export pipeline.
 
-The pipeline (``exporters.onnx_export``) assembles every exported graph from the same three parts::
+The pipeline (``exporters.onnx.export``) assembles every exported graph from the same three parts::
 
     images uint8 [B, H, W, 3] RGB --ImagePreprocess--> float32 [B, 3, H, W] normalized
         --wrapper.network--> raw head outputs (architecture-specific tuple)
@@ -10,7 +10,7 @@ The pipeline (``exporters.onnx_export``) assembles every exported graph from the
 
 so an architecture adds one ``training/detectors/<name>/export.py`` with an :class:`ExportWrapper`
 subclass (metadata, the network, a decoder to the common layout, and the eager post-processing it must
-match), named by its registry entry (``training.detectors.registry``; ``exporters.wrappers.get_wrapper``
+match), named by its registry entry (``training.detectors.registry``; ``exporters.onnx.wrappers.get_wrapper``
 looks it up there).
 """
 
@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from service.manifest import Label
+from contract.manifest import Label
 from training.checkpoint import Checkpoint
 from training.data.imagenet import IMAGENET_MEAN, IMAGENET_STD
 from training.data.letterbox import letterbox_geometry
@@ -58,7 +58,7 @@ class ExportWrapper(ABC):
     Subclasses set the class attributes and implement :meth:`decoder` and :meth:`eager_detections`.
     ``network`` maps normalized float ``[B, 3, H, W]`` to the raw head outputs named
     :attr:`raw_output_names`; the decoder maps those to the common layout of
-    ``exporters.postprocess_graph`` (boxes ``[B, A, 4]`` normalized x1y1x2y2, scores ``[B, C, A]``).
+    ``exporters.onnx.postprocess_graph`` (boxes ``[B, A, 4]`` normalized x1y1x2y2, scores ``[B, C, A]``).
     """
 
     architecture: ClassVar[str]
@@ -66,15 +66,17 @@ class ExportWrapper(ABC):
     resize_mode: ClassVar[Literal["stretch", "letterbox"]] = "stretch"
     # Letterbox fill per RGB channel (0-255), written to the manifest's input spec.
     pad_value: ClassVar[tuple[int, int, int]] = (0, 0, 0)
-    # Smallest verification tolerances (``exporters.verify.Tolerances`` fields) the architecture needs in
+    # Smallest verification tolerances (``exporters.evaluation.verify.Tolerances`` fields) the architecture
+    # needs in
     # FP32, where its own rounding differences exceed the defaults (e.g. a two-stage detector's scores).
     tolerance_floors: ClassVar[dict[str, float]] = {}
     # ONNX node-name prefixes (module scopes in ``DetectionGraph``) of network layers that run after the
-    # raw outputs and belong in the FP16 graph (``exporters.fp16.split_nodes``): two-stage RoI heads.
+    # raw outputs and belong in the FP16 graph (``exporters.precision.fp16.split_nodes``): two-stage RoI
+    # heads.
     fp16_scopes: ClassVar[tuple[str, ...]] = ()
     # Regular expressions (NNCF IgnoredScope patterns: re.search on ONNX node names) of network nodes
     # that stay fp32 in INT8 variants, beyond the preprocessing and post-processing every model keeps
-    # (exporters.nncf_int8.ignored_scope).
+    # (exporters.precision.nncf_int8.ignored_scope).
     int8_ignored_patterns: ClassVar[tuple[str, ...]] = ()
     # The square input's side; subclasses set it (or override ``input_size``).
     image_size: int

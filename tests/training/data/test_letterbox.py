@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from service.imaging import letterbox_resize as service_letterbox
+from contract.geometry import letterbox_resize as service_letterbox
 from training.data.letterbox import letterbox_geometry, letterbox_resize, mean_pad_value
 
 SIZES = [(480, 160), (160, 480), (100, 100), (37, 301), (301, 37), (64, 48), (1, 500), (256, 256), (17, 9)]

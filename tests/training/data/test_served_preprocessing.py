@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from service.imaging import resize_for_network
-from service.manifest import InputSpec
+from contract.geometry import resize_for_network
+from contract.manifest import InputSpec
 from training.detectors.efficientdet.transforms import EFFICIENTDET_PAD_VALUE, EfficientDetEvalTransform
 from training.detectors.maskrcnn.data import MaskRCNNEvalTransform
 from training.detectors.ssd300.transforms import SSDEvalTransform, normalize_to_tensor

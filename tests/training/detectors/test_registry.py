@@ -12,8 +12,8 @@ import pytest
 import torch
 from detectors_testkit import FABRICATED
 
-from exporters.onnx_export import OnnxExportRequest, export_onnx
-from exporters.wrappers import UnsupportedArchitectureError, get_wrapper
+from exporters.onnx.export import OnnxExportRequest, export_onnx
+from exporters.onnx.wrappers import UnsupportedArchitectureError, get_wrapper
 from training.checkpoint import load_checkpoint
 from training.cli import build_parser
 from training.config import PRESETS

@@ -27,7 +27,7 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor
 
-from service.geometry import resize
+from contract.geometry import resize
 from training.data.letterbox import letterbox_resize, mean_pad_value
 from training.data.rng import WorkerRng
 from training.detectors.ssd300.transforms import IMAGENET_MEAN, normalize_to_tensor

@@ -33,7 +33,7 @@ from numpy.typing import NDArray
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from service.geometry import resize
+from contract.geometry import resize
 from training.data.coco import CocoDetection
 from training.data.letterbox import Letterbox, letterbox_geometry, letterbox_resize
 from training.data.loader import LoaderRequest, TorchTrainLoader, ordered_loader

@@ -8,7 +8,7 @@ batch-independent ops, with the same arithmetic (torchvision's box coders and he
 network (raw outputs, dense, compared with eager):
     backbone + FPN -> ``fpn_p2 .. fpn_pool``; RPN head -> ``rpn_objectness [B, N]``, ``rpn_deltas
     [B, N, 4]`` (torchvision's anchor order: level, then y, x, anchor)
-decoder (-> the common layout of ``exporters.postprocess_graph``, class-specific boxes):
+decoder (-> the common layout of ``exporters.onnx.postprocess_graph``, class-specific boxes):
     per level the ``pre_nms_top_n`` best anchors by logit -> decode against the constant anchors, clip,
     sigmoid; boxes under 1e-3 px dropped -> NonMaxSuppression per (image, level) at ``rpn_nms_thresh``
     -> the ``post_nms_top_n`` = P best proposals per image (padding rows marked invalid) -> multi-scale
@@ -19,7 +19,7 @@ post-processing: ``DetectionPostprocess`` with every proposal kept per class (to
 masks (after the detections): multi-scale RoIAlign 14x14 of the valid detections only (NonZero, so
     the mask head's cost follows the number of detections, not K) -> mask head -> the detected class's
     channel -> sigmoid -> ``detection_masks [B, K, 28, 28]``, padding rows zero. The service pastes
-    them into the image (``service.masks``, torchvision's paste).
+    them into the image (``service.imaging.masks``, torchvision's paste).
 
 Multi-scale RoIAlign assigns each box to one FPN level (torchvision's ``LevelMapper``) and runs ONNX
 ``RoiAlign`` per level on that level's boxes (NonZero + Gather, merged with ScatterND), as torchvision's

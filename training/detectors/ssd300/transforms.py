@@ -22,7 +22,7 @@ import torch
 from numpy.typing import NDArray
 from torch import Tensor
 
-from service.geometry import resize
+from contract.geometry import resize
 from training.data.imagenet import IMAGENET_MEAN, IMAGENET_STD
 from training.data.rng import WorkerRng
 
@@ -74,7 +74,7 @@ def color_twist_matrix(
 def resize_image(image: NDArray[Any], size: int) -> NDArray[Any]:
     """Resize to ``size x size`` ignoring the aspect ratio.
 
-    `service.geometry`'s rule: area filtering when shrinking approximates DALI's antialiased linear
+    `contract.geometry`'s rule: area filtering when shrinking approximates DALI's antialiased linear
     resize; linear when enlarging.
     """
     return resize(image, size, size)

@@ -4,7 +4,7 @@ TF's ``batch_non_max_suppression`` for SSD320: sigmoid scores, boxes clipped to 
 threshold 1e-8, NMS IoU 0.6, at most 100 per class and 100 in total. Here each class first keeps its
 ``topk_per_class`` best anchors (TF runs NMS over every anchor above the threshold, ~12,800 per class,
 and keeps 100 survivors; bounding NMS's input is what keeps the exported graph cheap, see
-``exporters.postprocess_graph``), so a class keeps at most 100 survivors of its 100 best candidates.
+``exporters.onnx.postprocess_graph``), so a class keeps at most 100 survivors of its 100 best candidates.
 The exported graph (``training.detectors.ssd320.export``) computes exactly this function.
 """
 

@@ -12,15 +12,15 @@ import torch
 from detectors_testkit import make_efficientdet_checkpoint
 from exporters_testkit import ExportedArtifact
 
-from exporters.coco_ap import evaluate_split
-from exporters.compare import Detections, match_detections, summarize_matches
-from exporters.fp16 import Fp16Tolerances, compare_fp16, convert_to_fp16
-from exporters.onnx_export import OnnxExportRequest, export_onnx
-from exporters.onnx_graph import with_outputs
-from exporters.ort_cpu import cpu_session, run_contract
-from exporters.verify import generated_batches, manifest_resize, verify_artifact
-from exporters.wrappers import get_wrapper
-from service.manifest import Manifest
+from contract.manifest import Manifest
+from exporters.evaluation.coco_ap import evaluate_split
+from exporters.evaluation.compare import Detections, match_detections, summarize_matches
+from exporters.evaluation.verify import generated_batches, manifest_resize, verify_artifact
+from exporters.onnx.export import OnnxExportRequest, export_onnx
+from exporters.onnx.graph import with_outputs
+from exporters.onnx.ort_cpu import cpu_session, run_contract
+from exporters.onnx.wrappers import get_wrapper
+from exporters.precision.fp16 import Fp16Tolerances, compare_fp16, convert_to_fp16
 from training.checkpoint import load_checkpoint
 from training.data.coco import load_coco, resolve_split
 from training.data.letterbox import letterbox_geometry, letterbox_resize
@@ -184,7 +184,7 @@ def test_fp16_graph_keeps_detections_close(effdet_export: ExportedArtifact) -> N
 def test_tensorrt_engine_builds_from_the_artifact(effdet_export: ExportedArtifact, tmp_path: Path) -> None:
     if not torch.cuda.is_available():
         pytest.skip("needs an NVIDIA GPU with TensorRT: the engine build runs on the GPU")
-    from exporters.tensorrt_build import TensorRTExportRequest, export_tensorrt
+    from exporters.tensorrt.build import TensorRTExportRequest, export_tensorrt
 
     manifest = export_tensorrt(
         TensorRTExportRequest(
@@ -197,7 +197,7 @@ def test_tensorrt_engine_builds_from_the_artifact(effdet_export: ExportedArtifac
 def test_int8_keeps_bifpn_fusion_and_class_net_fp32(effdet_export: ExportedArtifact) -> None:
     import re
 
-    from exporters.nncf_int8 import ignored_scope, quantize_batches
+    from exporters.precision.nncf_int8 import ignored_scope, quantize_batches
 
     manifest = Manifest.read(effdet_export.directory)
     model = onnx.load(str(effdet_export.directory / manifest.file))

@@ -18,15 +18,20 @@ from service_testkit import encode, make_settings, start_client
 from torchvision.models.detection.rpn import concat_box_prediction_layers
 from torchvision.ops.poolers import LevelMapper
 
+from contract.manifest import MASK_OUTPUT, Manifest
 from exporters.bench.backend import add_arguments, run_bench
 from exporters.errors import ExportError
-from exporters.fp16 import compare_fp16, convert_to_fp16, fp16_scopes
-from exporters.onnx_export import OnnxExportRequest, export_onnx
-from exporters.tensorrt_ops import check_tensorrt_ops
-from exporters.verify import generated_batches, manifest_resize, raw_names_from_manifest, verify_artifact
-from exporters.wrappers import get_wrapper
+from exporters.evaluation.verify import (
+    generated_batches,
+    manifest_resize,
+    raw_names_from_manifest,
+    verify_artifact,
+)
+from exporters.onnx.export import OnnxExportRequest, export_onnx
+from exporters.onnx.wrappers import get_wrapper
+from exporters.precision.fp16 import compare_fp16, convert_to_fp16, fp16_scopes
+from exporters.tensorrt.ops import check_tensorrt_ops
 from service.app import create_app
-from service.manifest import MASK_OUTPUT, Manifest
 from training.checkpoint import load_checkpoint
 from training.data.letterbox import letterbox_resize
 from training.data.synthetic import render_sample
@@ -179,7 +184,7 @@ def test_coco_verification_and_bench_cover_masks(
 def test_int8_keeps_roi_heads_and_mask_sigmoid_fp32_and_their_weights_fp16(mask_artifact: Path) -> None:
     import re
 
-    from exporters.nncf_int8 import ignored_scope, quantize_batches
+    from exporters.precision.nncf_int8 import ignored_scope, quantize_batches
 
     manifest = Manifest.read(mask_artifact)
     model = onnx.load(str(mask_artifact / manifest.file))
@@ -201,9 +206,9 @@ def test_int8_keeps_roi_heads_and_mask_sigmoid_fp32_and_their_weights_fp16(mask_
     # The heads' weights stay float32 in the graph; stored as float16 they halve and run the same.
     from onnx import TensorProto
 
-    from exporters.nncf_int8 import store_kept_weights_fp16
-    from exporters.onnx_graph import restore_weights_fp32
-    from exporters.ort_cpu import cpu_session
+    from exporters.onnx.graph import restore_weights_fp32
+    from exporters.onnx.ort_cpu import cpu_session
+    from exporters.precision.nncf_int8 import store_kept_weights_fp16
 
     stored = store_kept_weights_fp16(quantized)
     quantizers = [n for n in stored.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")]

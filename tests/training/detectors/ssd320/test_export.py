@@ -13,17 +13,22 @@ import pytest
 from detectors_testkit import CATEGORIES, make_ssd320_checkpoint
 from exporters_testkit import ExportedArtifact
 
-from exporters.coco_ap import APComparison, evaluate_split
-from exporters.compare import Detections, match_detections
-from exporters.fp16 import convert_to_fp16, fp16_eval
-from exporters.onnx_export import OnnxExportRequest, export_onnx
-from exporters.ort_cpu import cpu_session, run_contract
-from exporters.tensorrt_build import TensorRTExportRequest, export_tensorrt
-from exporters.tensorrt_engine import gpu_unavailable_reason
-from exporters.tensorrt_ops import check_tensorrt_ops
-from exporters.verify import eager_detector, generated_batches, onnx_detector, settings_from_manifest
-from exporters.wrappers import get_wrapper
-from service.manifest import OUTPUT_NAMES
+from contract.manifest import OUTPUT_NAMES
+from exporters.evaluation.coco_ap import APComparison, evaluate_split
+from exporters.evaluation.compare import Detections, match_detections
+from exporters.evaluation.verify import (
+    eager_detector,
+    generated_batches,
+    onnx_detector,
+    settings_from_manifest,
+)
+from exporters.onnx.export import OnnxExportRequest, export_onnx
+from exporters.onnx.ort_cpu import cpu_session, run_contract
+from exporters.onnx.wrappers import get_wrapper
+from exporters.precision.fp16 import convert_to_fp16, fp16_eval
+from exporters.tensorrt.build import TensorRTExportRequest, export_tensorrt
+from exporters.tensorrt.engine import gpu_unavailable_reason
+from exporters.tensorrt.ops import check_tensorrt_ops
 from training.checkpoint import load_checkpoint
 from training.detectors.ssd320.anchors import AnchorConfig
 

@@ -1,0 +1,157 @@
+"""INT8 graphs with NNCF: what stays fp32 (the ignored scope), which images calibrate, and the rewrite of
+NNCF's unsigned activation quantizers to signed INT8 (TensorRT's explicit quantization takes only INT8).
+
+`exporters.precision.quantize` puts these together behind the accuracy gate; docs/quantization.md gives the
+reasons.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from contract.manifest import Manifest
+from exporters.errors import ExportError, InvalidModelError
+from exporters.evaluation.served_eval import served_batches
+from exporters.precision.fp16 import SENSITIVE_OP_TYPES, split_nodes
+
+# ------------------------------------------------------------------------------------------ ignored scope
+
+
+def ignored_scope(model: onnx.ModelProto, manifest: Manifest) -> dict[str, list[str]]:
+    """``{"names", "patterns", "types"}`` of the nodes that stay fp32 (module docstring)."""
+    from exporters.evaluation.verify import raw_names_from_manifest
+    from exporters.onnx.wrappers import get_wrapper
+
+    raw = raw_names_from_manifest(manifest)
+    # No fp16 scopes: a two-stage detector's RoI heads count as post-processing here, so they stay fp32.
+    pre, _, post = split_nodes(model, manifest.input.name, raw)
+    names = sorted(model.graph.node[i].name for i in pre + post)
+    patterns = list(get_wrapper(manifest.architecture).int8_ignored_patterns)
+    return {"names": names, "patterns": patterns, "types": list(SENSITIVE_OP_TYPES)}
+
+
+def nncf_ignored_scope(scope: dict[str, list[str]]) -> Any:
+    import nncf
+
+    return nncf.IgnoredScope(
+        names=scope["names"], patterns=scope["patterns"], types=scope["types"], validate=False
+    )
+
+
+# ------------------------------------------------------------------------------------------ calibration
+
+
+def calibration_files(data: str, split: str, count: int, seed: int) -> tuple[Path, list[tuple[int, str]]]:
+    """``count`` images of the split, drawn without replacement by ``seed`` (all of them if fewer)."""
+    from training.data.coco import load_coco, resolve_split
+
+    images_dir, annotation_file = resolve_split(data, split)
+    coco = load_coco(annotation_file)
+    ids = sorted(coco.getImgIds())
+    if not ids:
+        raise ExportError(f"calibration split {split!r} of {data} has no images")
+    if count < len(ids):
+        ids = sorted(np.random.default_rng(seed).choice(ids, size=count, replace=False).tolist())
+    return Path(images_dir), [(int(i), str(coco.imgs[i]["file_name"])) for i in ids]
+
+
+def to_signed_int8(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The same QDQ graph with every UINT8 quantizer made INT8, in place.
+
+    NNCF quantizes non-negative activations (after ReLU) as UINT8 with zero point 0; TensorRT's explicit
+    quantization takes only INT8 Q/DQ with zero point 0 (its op check refuses UINT8), and NNCF's hardware
+    configurations do not let signed activations be forced. A UINT8 quantizer of scale ``s`` covers
+    [0, 255 s]; INT8 with scale ``255 s / 127`` covers the same range, one bit coarser, which the gate
+    measures. So one artifact serves ONNX Runtime, OpenVINO and TensorRT alike.
+    """
+    from onnx import TensorProto, numpy_helper
+
+    inits = {init.name: init for init in model.graph.initializer}
+    pairs = set()
+    quantized_outputs = set()
+    for node in model.graph.node:
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear") and len(node.input) == 3:
+            zero_point = inits.get(node.input[2])
+            if zero_point is not None and zero_point.data_type == TensorProto.UINT8:
+                pairs.add((node.input[1], node.input[2]))
+                if node.op_type == "QuantizeLinear":
+                    quantized_outputs.add(node.output[0])
+    retyped = quantized_outputs | {zero for _, zero in pairs}
+    for info in model.graph.value_info:
+        if info.name in retyped:
+            info.type.tensor_type.elem_type = TensorProto.INT8
+    for _scale, zero_name in sorted(pairs):
+        zero = numpy_helper.to_array(inits[zero_name])
+        if zero.any():
+            raise InvalidModelError(
+                f"quantizer {zero_name} is asymmetric (zero point != 0); cannot make it INT8"
+            )
+        inits[zero_name].CopyFrom(numpy_helper.from_array(zero.astype(np.int8), zero_name))
+    for scale_name in sorted({scale for scale, _ in pairs}):
+        scale = numpy_helper.to_array(inits[scale_name])
+        inits[scale_name].CopyFrom(
+            numpy_helper.from_array((scale * (255.0 / 127.0)).astype(scale.dtype), scale_name)
+        )
+    return model
+
+
+def store_kept_weights_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The float32 weights INT8 leaves in place (the ignored scope's layers) stored as float16, as a parent
+    exported with ``--weight-storage float16`` stores them: exact, since they are that parent's float16
+    values. Quantizer scales and zero points stay initializers of their own type (TensorRT's explicit
+    quantization needs them constant)."""
+    from exporters.onnx.graph import store_weights_fp16
+
+    quantizers = ("QuantizeLinear", "DequantizeLinear")
+    keep = {name for node in model.graph.node if node.op_type in quantizers for name in node.input}
+    return store_weights_fp16(model, keep=keep)
+
+
+NNCF_SETTINGS = {
+    "preset": "nncf default (PERFORMANCE: symmetric weights and activations)",
+    "activations": "UINT8 quantizers rewritten as INT8, scale x 255/127 "
+    "(exporters.precision.nncf_int8.to_signed_int8)",
+    "weights": "INT8 per channel (nncf default)",
+    "fast_bias_correction": True,
+}
+
+
+def quantize_batches(
+    model: onnx.ModelProto,
+    manifest: Manifest,
+    batches: list[np.ndarray],
+    scope: dict[str, list[str]],
+    options: dict[str, Any] | None = None,
+) -> onnx.ModelProto:
+    """NNCF post-training quantization of ``model`` calibrated on uint8 network inputs ``batches``."""
+    import nncf
+
+    nncf.set_log_level(logging.WARNING)
+    dataset = nncf.Dataset(batches, lambda images: {manifest.input.name: images})
+    return to_signed_int8(
+        nncf.quantize(
+            model,
+            dataset,
+            subset_size=len(batches),
+            ignored_scope=nncf_ignored_scope(scope),
+            **(options or {}),
+        )
+    )
+
+
+def quantize_int8(
+    model: onnx.ModelProto,
+    manifest: Manifest,
+    images_dir: Path,
+    files: list[tuple[int, str]],
+    scope: dict[str, list[str]],
+    options: dict[str, Any],
+) -> onnx.ModelProto:
+    """`quantize_batches` calibrated on ``files`` decoded and resized as the service does."""
+    batches = [images for images, _, _ in served_batches(manifest, images_dir, files, 1)]
+    return quantize_batches(model, manifest, batches, scope, options)

@@ -1,0 +1,89 @@
+"""FastAPI dependencies as `Annotated` aliases, so route functions stay a few lines."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import Depends, Query, Request
+
+from service.errors import ServiceUnavailable
+from service.http.lifecycle import Lifecycle
+from service.runtime.admission import Resources
+from service.runtime.metrics import ServiceMetrics
+from service.runtime.model_control import ModelControl
+from service.runtime.model_runtime import LoadedModel, ModelRuntime
+from service.schemas import DetectQuery
+from service.settings import Settings
+
+
+def get_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+def get_runtime(request: Request) -> ModelRuntime:
+    runtime: ModelRuntime = request.app.state.runtime
+    return runtime
+
+
+def get_metrics(request: Request) -> ServiceMetrics:
+    metrics: ServiceMetrics = request.app.state.metrics
+    return metrics
+
+
+def get_lifecycle(request: Request) -> Lifecycle:
+    lifecycle: Lifecycle = request.app.state.lifecycle
+    return lifecycle
+
+
+def get_resources(request: Request) -> Resources:
+    """Memory budgets and the image-work scheduler (created in the lifespan)."""
+    resources: Resources = request.app.state.resources
+    return resources
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+RuntimeDep = Annotated[ModelRuntime, Depends(get_runtime)]
+MetricsDep = Annotated[ServiceMetrics, Depends(get_metrics)]
+LifecycleDep = Annotated[Lifecycle, Depends(get_lifecycle)]
+ResourcesDep = Annotated[Resources, Depends(get_resources)]
+DetectQueryDep = Annotated[DetectQuery, Query()]
+
+
+async def get_model(
+    request: Request, query: DetectQueryDep, runtime: RuntimeDep
+) -> AsyncIterator[LoadedModel]:
+    """The serving model version the request names: 404 if unknown, 503 while it is not ready.
+
+    Also labels the request's metrics with the model name. The request holds a lease on the version
+    until it is answered, so a swap or unload retires it only after this request
+    (`service.runtime.model_control`).
+    """
+    model = runtime.get(query.model, query.version)
+    request.state.model = model.name
+    if not model.ready:
+        raise ServiceUnavailable(
+            f"model {model.name!r} version {model.version!r} is {model.status()}", retry_after_s=5
+        )
+    with model.lease():
+        yield model
+
+
+async def get_leased_model(request: Request, runtime: RuntimeDep) -> AsyncIterator[LoadedModel]:
+    """The model version named by the path (``model_name``, optional ``model_version``), leased as in
+    `get_model`: the Open Inference Protocol's routes."""
+    model = runtime.get(request.path_params["model_name"], request.path_params.get("model_version"))
+    request.state.model = model.name
+    with model.lease():
+        yield model
+
+
+def get_control(request: Request) -> ModelControl:
+    control: ModelControl = request.app.state.control
+    return control
+
+
+ModelDep = Annotated[LoadedModel, Depends(get_model)]
+LeasedModelDep = Annotated[LoadedModel, Depends(get_leased_model)]
+ControlDep = Annotated[ModelControl, Depends(get_control)]

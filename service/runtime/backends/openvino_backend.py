@@ -1,0 +1,163 @@
+"""OpenVINO backend (CPU): runs ONNX artifacts (``model.onnx``) and OpenVINO IR (``model.xml`` + ``.bin``).
+
+The inference precision is always set explicitly, never left to the plugin: OpenVINO's CPU plugin
+otherwise runs f32 graphs in bf16 on CPUs with AVX-512 BF16 / AMX. `precision_hint_for` decides it from
+the manifest's ``precision`` (and an INT8 artifact's ``unquantized_precision``) and the ``openvino_precision``
+setting; the precision in effect is read back from the compiled model (`OpenVinoBackend.inference_precision`)
+and shown in /v1/models and metrics.
+
+Compiled models are cached in ``cache_dir`` (OpenVINO's ``CACHE_DIR``): a restart imports the compiled
+blob instead of reading, optimizing and compiling the graph again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from contract.manifest import Manifest
+from service.runtime.backends.base import Backend, BackendLoadError
+
+logger = logging.getLogger(__name__)
+
+# The ``openvino_precision`` setting: follow the artifact's manifest, or force f32 / bf16.
+PrecisionSetting = Literal["manifest", "f32", "bf16"]
+
+
+def precision_hint_for(manifest: Manifest, setting: str = "manifest") -> str:
+    """The ``INFERENCE_PRECISION_HINT`` (``f32`` | ``bf16``) to compile an artifact with.
+
+    ``manifest``: a ``bf16`` artifact runs in bf16 and an ``fp32`` one in f32; an ``int8`` artifact runs
+    the layers it keeps in floating point at its ``unquantized_precision`` (f32 unless it says bf16);
+    anything else is refused.
+    """
+    if setting in ("f32", "bf16"):
+        return setting
+    if setting != "manifest":
+        raise BackendLoadError(f"openvino_precision must be manifest, f32 or bf16, not {setting!r}")
+    if manifest.precision == "bf16":
+        return "bf16"
+    if manifest.precision == "int8":
+        return manifest.unquantized_precision or "f32"
+    if manifest.precision == "fp32":
+        return "f32"
+    raise BackendLoadError(
+        f"OpenVINO has no {manifest.precision!r} CPU inference; run this artifact on another backend or set "
+        "DETECT_OPENVINO_PRECISION=f32|bf16"
+    )
+
+
+def _type_name(value: Any) -> str:
+    """``f32`` / ``bf16`` from an OpenVINO element type (or its string form)."""
+    name = getattr(value, "get_type_name", None)
+    text = str(name() if callable(name) else value).lower()
+    return {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}.get(text, text)
+
+
+class OpenVinoBackend(Backend):
+    """Runs an ONNX or IR artifact in one OpenVINO CPU infer request (one stream: the batcher calls it
+    from one thread, and batches carry the parallelism).
+
+    ``threads`` of 0 keeps OpenVINO's default (one per physical core).
+    """
+
+    def __init__(
+        self,
+        manifest: Manifest,
+        model_path: Path,
+        *,
+        threads: int = 0,
+        precision: str = "manifest",
+        cache_dir: Path | None = None,
+    ):
+        super().__init__(manifest)
+        try:
+            import openvino as ov
+        except ImportError as exc:
+            raise BackendLoadError(
+                "backend 'openvino' needs the openvino package (pip install 'detect[serve]')"
+            ) from exc
+        self._version = ov.__version__.split("-")[0]
+        hint = precision_hint_for(manifest, precision)
+        config: dict[str, Any] = {
+            "INFERENCE_PRECISION_HINT": hint,
+            "PERFORMANCE_HINT": "LATENCY",
+            "NUM_STREAMS": 1,
+        }
+        if threads > 0:
+            config["INFERENCE_NUM_THREADS"] = threads
+        core = ov.Core()
+        self.cache_dir = _usable_cache_dir(cache_dir)
+        if self.cache_dir is not None:
+            core.set_property({"CACHE_DIR": str(self.cache_dir)})
+        started = time.perf_counter()
+        try:
+            # Compiling from the path lets a cache hit skip reading and converting the graph entirely.
+            self._compiled = core.compile_model(str(model_path), "CPU", config)
+        except Exception as exc:
+            raise BackendLoadError(f"{model_path}: openvino cannot load it: {exc}") from exc
+        self.load_seconds = time.perf_counter() - started
+        self._check_graph(model_path)
+        self.inference_precision = _type_name(self._compiled.get_property("INFERENCE_PRECISION_HINT"))
+        if self.inference_precision != hint:
+            raise BackendLoadError(
+                f"{model_path}: asked OpenVINO for {hint} inference, the compiled model runs "
+                f"{self.inference_precision}"
+            )
+        self._request = self._compiled.create_infer_request()
+        logger.info(
+            "openvino %s: %s loaded in %.2fs (%s, compile cache %s)",
+            self._version,
+            model_path,
+            self.load_seconds,
+            self.inference_precision,
+            self.cache_dir or "off",
+        )
+
+    def _check_graph(self, model_path: Path) -> None:
+        inputs = self._compiled.inputs
+        input_names = [sorted(port.get_names()) for port in inputs]
+        if len(inputs) != 1 or self.manifest.input.name not in inputs[0].get_names():
+            raise BackendLoadError(
+                f"{model_path}: graph inputs {input_names}; manifest expects one named "
+                f"{self.manifest.input.name!r}"
+            )
+        graph_outputs = {name for port in self._compiled.outputs for name in port.get_names()}
+        missing = [n for n in self.manifest.outputs if n not in graph_outputs]
+        if missing:
+            raise BackendLoadError(f"{model_path}: graph has no outputs {missing} that the manifest lists")
+        self._outputs = {name: self._compiled.output(name) for name in self.manifest.outputs}
+
+    @property
+    def description(self) -> str:
+        return f"openvino[{self._version},CPU,{self.inference_precision}]"
+
+    def _run(self, inputs: np.ndarray) -> dict[str, np.ndarray]:
+        # share_outputs=False: the results outlive this call while the request's buffers are reused.
+        results = self._request.infer({0: inputs}, share_inputs=True, share_outputs=False)
+        return {name: results[port] for name, port in self._outputs.items()}
+
+    def close(self) -> None:
+        self._request = None
+        self._compiled = None
+
+
+def _usable_cache_dir(cache_dir: Path | None) -> Path | None:
+    """``cache_dir`` created if needed; None (no cache, logged) when it cannot be written."""
+    if cache_dir is None:
+        return None
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        probe = cache_dir / ".write-test"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        logger.warning(
+            "openvino compile cache %s is not writable (%s); compiling without a cache", cache_dir, exc
+        )
+        return None
+    return cache_dir

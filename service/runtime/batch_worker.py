@@ -1,0 +1,144 @@
+"""Running closed batches: the batcher's inference thread and what each waiting request is.
+
+`BatchWorker` owns one thread. It runs a batch ``run_batch(items) -> outputs`` there, checks one output
+per input, hands each waiter its output, or the batch's failure to every waiter of that batch (500), and
+times each batch (`service.runtime.wait_estimate.BatchTimeModel`) for the batcher's admission estimates.
+`service.runtime.batcher` decides what goes into a batch and when; this module only runs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
+
+from service.errors import BackendError, ServiceError, ServiceUnavailable
+from service.runtime.wait_estimate import BatchTimeModel
+
+logger = logging.getLogger(__name__)
+
+In = TypeVar("In")
+Out = TypeVar("Out")
+
+
+class BatcherMetrics(Protocol):
+    """What the batcher reports; `service.runtime.metrics` implements it per model."""
+
+    def batch_closed(self, size: int, reason: str) -> None: ...
+    def queue_wait(self, seconds: float) -> None: ...
+    def queue_depth(self, depth: int) -> None: ...
+    def inference(self, seconds: float) -> None: ...
+
+
+class NoMetrics:
+    """`BatcherMetrics` that records nothing."""
+
+    def batch_closed(self, size: int, reason: str) -> None:
+        pass
+
+    def queue_wait(self, seconds: float) -> None:
+        pass
+
+    def queue_depth(self, depth: int) -> None:
+        pass
+
+    def inference(self, seconds: float) -> None:
+        pass
+
+
+@dataclass(eq=False)
+class Pending(Generic[In, Out]):
+    """One request waiting for its output."""
+
+    item: In
+    future: asyncio.Future[Out]
+    enqueued_at: float  # time.monotonic()
+    deadline: float  # time.monotonic() by which inference must start; inf = none
+    started: bool = field(default=False)
+    times: dict[str, float] | None = None  # filled with this request's queue_wait and inference seconds
+
+
+class BatchWorker(Generic[In, Out]):
+    """Runs one batch at a time in its own thread; ``on_idle`` is called whenever a batch finishes."""
+
+    def __init__(
+        self,
+        name: str,
+        run_batch: Callable[[list[In]], Sequence[Out]],
+        metrics: BatcherMetrics,
+        on_idle: Callable[[], None],
+    ) -> None:
+        self.name = name
+        self._run_batch = run_batch
+        self._metrics = metrics
+        self._on_idle = on_idle
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"infer-{name}")
+        self.batch_times = BatchTimeModel()
+        self.idle = True
+        self.running_size = 0  # images in the batch being computed (0: none)
+        self.running_since = 0.0
+        self.task: asyncio.Task[None] | None = None
+
+    def dispatch(self, batch: list[Pending[In, Out]]) -> None:
+        """Start running ``batch`` (the worker must be idle)."""
+        self.idle = False
+        self.running_size, self.running_since = len(batch), time.monotonic()
+        self.task = asyncio.get_running_loop().create_task(self._execute(batch), name=f"batch-{self.name}")
+
+    def shutdown(self) -> None:
+        """Stop the thread; a batch not yet started is cancelled."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def _execute(self, batch: list[Pending[In, Out]]) -> None:
+        loop = asyncio.get_running_loop()
+        started = time.monotonic()
+        try:
+            outputs = await loop.run_in_executor(self._executor, self._run_batch, [p.item for p in batch])
+        except asyncio.CancelledError:
+            self._done(batch, started)
+            for pending in batch:
+                if not pending.future.done():
+                    pending.future.set_exception(
+                        ServiceUnavailable(f"model {self.name!r} shut down mid-batch")
+                    )
+            raise
+        except Exception as exc:
+            self._done(batch, started)
+            self._fail(batch, exc)
+            return
+        # The worker is free before the results are handed out, so the next batch is dispatched first
+        # (its wake-up is queued ahead of the waiters') and inference does not wait on their responses.
+        self._done(batch, started)
+        if len(outputs) != len(batch):
+            error = BackendError(
+                f"model {self.name!r} returned {len(outputs)} results for {len(batch)} inputs"
+            )
+            self._fail(batch, error)
+            return
+        for pending, output in zip(batch, outputs, strict=True):
+            if not pending.future.done():
+                pending.future.set_result(output)
+
+    def _done(self, batch: list[Pending[In, Out]], started: float) -> None:
+        elapsed = time.monotonic() - started
+        self._metrics.inference(elapsed)
+        for pending in batch:
+            if pending.times is not None:
+                pending.times["inference"] = elapsed
+        self.batch_times.observe(len(batch), elapsed)
+        self.running_size = 0
+        self.idle = True
+        self._on_idle()
+
+    def _fail(self, batch: list[Pending[In, Out]], exc: Exception) -> None:
+        logger.error("batcher %r: batch of %d failed: %s", self.name, len(batch), exc, exc_info=exc)
+        message = (
+            exc.message if isinstance(exc, ServiceError) else f"inference failed: {type(exc).__name__}: {exc}"
+        )
+        for pending in batch:
+            if not pending.future.done():
+                pending.future.set_exception(BackendError(f"model {self.name!r}: {message}"))

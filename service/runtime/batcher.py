@@ -1,0 +1,334 @@
+"""Dynamic batching: many concurrent requests, one inference call per batch.
+
+One `DynamicBatcher` serves one loaded model. Each request waits on its own future. A batch starts with
+the oldest waiting request and closes when it is full, when ``max_queue_delay_s`` has passed since that
+first request arrived, or just before the earliest deadline in it would pass. With ``dispatch_when_idle``
+a batch also closes as soon as the worker is idle: a request that finds nothing running starts at once
+instead of waiting out the delay for company, and batches still form from what arrives while the worker
+is busy (the delay then only matters with the option off). Inference runs in a
+dedicated thread, so the next batch forms while the current one runs; if the worker is still busy when
+a batch closes, the batch keeps filling (up to the maximum size) until the worker is free, because it
+could not start any sooner.
+
+Before a batch runs, requests whose caller gave up (cancelled: e.g. the client disconnected) or whose
+deadline has passed (504) are dropped, so they cost no compute. A failing batch fails each of its
+waiters (500) and only those; the batcher keeps serving. The background task is owned: if it dies, the
+failure is logged, waiters are failed and `alive` turns false (readiness reports it).
+
+The batcher knows nothing about models: it batches opaque items through ``run_batch``, which its
+`service.runtime.batch_worker.BatchWorker` runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
+
+from service.errors import DeadlineExceeded, QueueFull, ServiceError, ServiceUnavailable
+from service.runtime.batch_worker import BatcherMetrics, BatchWorker, NoMetrics, Pending
+from service.runtime.wait_estimate import expected_finish_s, retry_after_s
+
+logger = logging.getLogger(__name__)
+
+In = TypeVar("In")
+Out = TypeVar("Out")
+
+# Why a batch was dispatched; the label values of the batch-close metric.
+CLOSE_REASONS = ("full", "delay", "deadline", "drain", "idle")
+
+# A batch closes this long before its earliest deadline, so that request can still start in time.
+DEFAULT_DEADLINE_MARGIN_S = 0.002
+
+
+class DynamicBatcher(Generic[In, Out]):
+    """Batches `submit` calls into ``run_batch(items) -> outputs`` calls (one output per item, in order).
+
+    ``run_batch`` runs in a single worker thread owned by the batcher. Call `start` inside a running
+    event loop (the app lifespan) and `stop` on shutdown.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        run_batch: Callable[[list[In]], Sequence[Out]],
+        *,
+        max_batch_size: int,
+        max_queue_delay_s: float,
+        max_queue_size: int,
+        metrics: BatcherMetrics | None = None,
+        deadline_margin_s: float = DEFAULT_DEADLINE_MARGIN_S,
+        dispatch_when_idle: bool = False,
+    ):
+        if not isinstance(max_batch_size, int) or max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be an integer >= 1, got {max_batch_size!r}")
+        if not max_queue_delay_s >= 0:
+            raise ValueError(f"max_queue_delay_s must be >= 0, got {max_queue_delay_s!r}")
+        if not isinstance(max_queue_size, int) or max_queue_size < 1:
+            raise ValueError(f"max_queue_size must be an integer >= 1, got {max_queue_size!r}")
+        self.name = name
+        self.max_batch_size = max_batch_size
+        self.max_queue_delay_s = float(max_queue_delay_s)
+        self.max_queue_size = max_queue_size
+        self.deadline_margin_s = deadline_margin_s
+        self.dispatch_when_idle = dispatch_when_idle
+        self._metrics: BatcherMetrics = metrics or NoMetrics()
+
+        self._queue: deque[Pending[In, Out]] = deque()
+        self._forming: list[Pending[In, Out]] = []  # taken from the queue, not yet dispatched
+        self._dispatching: list[Pending[In, Out]] = []  # closed, being handed to the worker
+        # Set on anything the collector may be waiting for: a new request, a finished batch, stop().
+        self._changed = asyncio.Event()
+        self._worker: BatchWorker[In, Out] = BatchWorker(name, run_batch, self._metrics, self._changed.set)
+        self.batch_times = self._worker.batch_times
+        self._task: asyncio.Task[None] | None = None
+        self._failure: BaseException | None = None
+        self._stopping = False
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def start(self) -> None:
+        """Start the background task that forms and dispatches batches."""
+        if self._task is not None:
+            raise RuntimeError(f"batcher {self.name!r} already started")
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"batcher-{self.name}")
+        self._task.add_done_callback(self._on_loop_done)
+
+    @property
+    def alive(self) -> bool:
+        """True while the background task runs and has not failed."""
+        return self._task is not None and not self._task.done() and self._failure is None
+
+    @property
+    def failure(self) -> BaseException | None:
+        return self._failure
+
+    @property
+    def queue_depth(self) -> int:
+        """Requests waiting to start inference (queued plus the batch being formed)."""
+        return len(self._queue) + len(self._forming)
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """Stop accepting requests, run everything already queued, then stop the worker.
+
+        After ``timeout`` seconds, still-waiting requests fail with 503 and the loop is cancelled.
+        """
+        self._stopping = True
+        self._changed.set()
+        try:
+            if self._task is not None and not self._task.done():
+                await asyncio.wait_for(asyncio.shield(self._task), timeout)
+            running = self._worker.task
+            if running is not None and not running.done():
+                await asyncio.wait_for(asyncio.shield(running), timeout)
+        except TimeoutError:
+            logger.warning(
+                "batcher %r: drain timed out after %ss; failing waiting requests", self.name, timeout
+            )
+            if self._task is not None:
+                self._task.cancel()
+            self._fail_waiting(ServiceUnavailable(f"model {self.name!r} shut down before this request ran"))
+        finally:
+            self._worker.shutdown()
+
+    # ------------------------------------------------------------------ submit
+
+    def retry_after_s(self) -> float:
+        """A guess at when the queue will have room: the time to run what is queued now."""
+        return retry_after_s(self.expected_finish_s(1), 0.0)
+
+    def expected_finish_s(self, images: int) -> float:
+        """Seconds until ``images`` queued now would be done, from the measured batch times (0: unknown)."""
+        return expected_finish_s(
+            self.batch_times,
+            queued=self.queue_depth,
+            images=images,
+            max_batch_size=self.max_batch_size,
+            running_size=self._worker.running_size,
+            running_for_s=time.monotonic() - self._worker.running_since,
+        )
+
+    def admit(self, images: int, deadline: float | None) -> None:
+        """Refuse at once (`QueueFull`, 429 with Retry-After) a request of ``images`` that would overfill
+        the queue, or that the queue as it is would keep from finishing by ``deadline``
+        (`time.monotonic`). A request with nothing ahead of it is always admitted: it starts at once.
+
+        Until a batch has run the wait is unknown and only the queue size limits admission.
+        """
+        if self.queue_depth + images > self.max_queue_size:
+            raise QueueFull(
+                f"model {self.name!r} has {self.queue_depth} images waiting (max_queue_size "
+                f"{self.max_queue_size}); retry later",
+                retry_after_s=self.retry_after_s(),
+            )
+        nothing_ahead = self.queue_depth == 0 and self._worker.running_size == 0
+        if deadline is None or nothing_ahead or not self.batch_times.known:
+            return
+        finish = self.expected_finish_s(images)
+        budget = deadline - time.monotonic()
+        if finish > budget:
+            raise QueueFull(
+                f"model {self.name!r} is overloaded: {self.queue_depth} images are queued ahead and this "
+                f"request would finish in ~{finish:.1f}s, past its deadline ({max(budget, 0.0):.1f}s left); "
+                "retry later",
+                retry_after_s=retry_after_s(finish, budget),
+            )
+
+    async def submit(
+        self, item: In, *, deadline: float | None = None, times: dict[str, float] | None = None
+    ) -> Out:
+        """Queue ``item`` and wait for its output.
+
+        ``deadline`` is a `time.monotonic` time by which inference must start, or None for no limit.
+        ``times``, if given, receives this request's ``queue_wait`` and ``inference`` seconds.
+        Raises `QueueFull` (429) when ``max_queue_size`` requests are waiting, `ServiceUnavailable`
+        (503) when stopping or dead, `DeadlineExceeded` (504) when the request could not start in time,
+        and whatever the batch raised (`BackendError`, 500) when inference failed.
+        Cancelling the caller removes the request before it runs.
+        """
+        if self._stopping:
+            raise ServiceUnavailable(f"model {self.name!r} is shutting down", retry_after_s=1)
+        if not self.alive:
+            raise ServiceUnavailable(
+                f"model {self.name!r} is not serving (batcher not running)", retry_after_s=5
+            )
+        if self.queue_depth >= self.max_queue_size:
+            raise QueueFull(
+                f"model {self.name!r} has {self.queue_depth} requests waiting (max_queue_size "
+                f"{self.max_queue_size}); retry later",
+                retry_after_s=self.retry_after_s(),
+            )
+        loop = asyncio.get_running_loop()
+        now = time.monotonic()
+        pending: Pending[In, Out] = Pending(
+            item, loop.create_future(), now, math.inf if deadline is None else deadline, times=times
+        )
+        self._queue.append(pending)
+        self._metrics.queue_depth(self.queue_depth)
+        self._changed.set()
+        try:
+            if math.isfinite(pending.deadline):
+                done, _ = await asyncio.wait({pending.future}, timeout=max(0.0, pending.deadline - now))
+                if not done and not pending.started:
+                    pending.future.cancel()  # the collector skips cancelled requests
+                    raise DeadlineExceeded(self._deadline_message(pending))
+            # Started (or no deadline): inference is under way, so its result is worth waiting for.
+            return await pending.future
+        except asyncio.CancelledError:
+            pending.future.cancel()
+            raise
+
+    def _deadline_message(self, pending: Pending[In, Out]) -> str:
+        waited = time.monotonic() - pending.enqueued_at
+        return (
+            f"model {self.name!r}: request could not start inference before its deadline "
+            f"(queued {waited:.3f}s)"
+        )
+
+    # ------------------------------------------------------------ the loop
+
+    async def _loop(self) -> None:
+        while True:
+            collected = await self._collect()
+            if collected is None:
+                return
+            batch, reason = collected
+            live = self._drop_dead(batch)
+            if not live:
+                continue
+            self._dispatching = live  # if anything below fails, the loop's death handler fails these
+            self._metrics.batch_closed(len(live), reason)
+            self._worker.dispatch(live)
+            self._dispatching = []
+
+    async def _collect(self) -> tuple[list[Pending[In, Out]], str] | None:
+        """Wait for the next batch to close; None when stopping with nothing left to run."""
+        batch = self._forming
+        while True:
+            self._changed.clear()
+            self._take(batch)
+            now = time.monotonic()
+            if not batch:
+                if self._stopping:
+                    return None
+                await self._wait_for_change(None)
+                continue
+            reason = self._close_reason(batch, now)
+            if reason is not None and self._worker.idle:
+                self._forming = []
+                self._metrics.queue_depth(self.queue_depth)
+                return batch, reason
+            if reason is not None:
+                # Closed but the worker is busy: wait for it (or for more requests to top up with).
+                await self._wait_for_change(None)
+            else:
+                close_at = batch[0].enqueued_at + self.max_queue_delay_s
+                earliest = min(p.deadline for p in batch) - self.deadline_margin_s
+                await self._wait_for_change(min(close_at, earliest) - now)
+
+    def _take(self, batch: list[Pending[In, Out]]) -> None:
+        while self._queue and len(batch) < self.max_batch_size:
+            pending = self._queue.popleft()
+            if not pending.future.done():  # done here = cancelled or expired while queued
+                batch.append(pending)
+        self._metrics.queue_depth(self.queue_depth)
+
+    def _close_reason(self, batch: list[Pending[In, Out]], now: float) -> str | None:
+        if len(batch) >= self.max_batch_size:
+            return "full"
+        if self._stopping:
+            return "drain"
+        if now >= batch[0].enqueued_at + self.max_queue_delay_s:
+            return "delay"
+        if any(p.deadline - self.deadline_margin_s <= now for p in batch):
+            return "deadline"
+        if self.dispatch_when_idle and self._worker.idle:
+            return "idle"
+        return None
+
+    async def _wait_for_change(self, timeout: float | None) -> None:
+        try:
+            async with asyncio.timeout(timeout):
+                await self._changed.wait()
+        except TimeoutError:
+            pass
+
+    def _drop_dead(self, batch: list[Pending[In, Out]]) -> list[Pending[In, Out]]:
+        """The requests of ``batch`` still worth running, marked started; expired ones get 504."""
+        now = time.monotonic()
+        live: list[Pending[In, Out]] = []
+        for pending in batch:
+            if pending.future.done():  # cancelled by its caller while the batch formed
+                continue
+            if pending.deadline <= now:
+                pending.future.set_exception(DeadlineExceeded(self._deadline_message(pending)))
+                continue
+            pending.started = True
+            self._metrics.queue_wait(now - pending.enqueued_at)
+            if pending.times is not None:
+                pending.times["queue_wait"] = now - pending.enqueued_at
+            live.append(pending)
+        return live
+
+    def _on_loop_done(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            self._failure = exc
+            logger.error("batcher %r died; the model stops serving", self.name, exc_info=exc)
+            self._fail_waiting(
+                ServiceUnavailable(f"model {self.name!r} batcher failed: {exc}", retry_after_s=5)
+            )
+
+    def _fail_waiting(self, error: ServiceError) -> None:
+        for pending in [*self._dispatching, *self._forming, *self._queue]:
+            if not pending.future.done():
+                pending.future.set_exception(type(error)(error.message, retry_after_s=error.retry_after_s))
+        self._dispatching = []
+        self._forming = []
+        self._queue.clear()

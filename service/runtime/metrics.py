@@ -1,0 +1,156 @@
+"""Prometheus metrics, one registry per app (so several apps, e.g. in tests, never collide).
+
+Stage histograms carry a ``model`` label: decode, preprocess, queue_wait, inference (per batch),
+postprocess (selecting detections), encode (the JSON result: mask pasting, RLE / polygons) or render (the
+boxed image), each once per image, and the end-to-end request time. Batch size is a histogram, so the mean
+batch size is ``rate(detect_batch_size_sum) / rate(detect_batch_size_count)``; why each batch closed is a
+counter by ``reason`` (full | delay | deadline | drain | idle). ``detect_model_info`` labels each loaded
+model version with its runtime and the inference precision in effect.
+"""
+
+from __future__ import annotations
+
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from service.runtime.batcher import CLOSE_REASONS
+
+# Seconds: from sub-millisecond image work to multi-second CPU batches.
+STAGE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+BATCH_SIZE_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128)
+STAGES = ("decode", "preprocess", "queue_wait", "inference", "postprocess", "encode", "render")
+
+# Requests whose model is unknown (or not yet resolved) share this label value, which bounds cardinality.
+NO_MODEL = "none"
+
+
+class ModelMetrics:
+    """The metrics of one model; implements `service.runtime.batcher.BatcherMetrics`."""
+
+    def __init__(self, parent: ServiceMetrics, model: str):
+        self._parent = parent
+        self.model = model
+
+    def stage(self, stage: str, seconds: float) -> None:
+        self._parent.stages[stage].labels(model=self.model).observe(seconds)
+
+    def batch_closed(self, size: int, reason: str) -> None:
+        self._parent.batch_size.labels(model=self.model).observe(size)
+        self._parent.batches.labels(model=self.model, reason=reason).inc()
+
+    def queue_wait(self, seconds: float) -> None:
+        self.stage("queue_wait", seconds)
+
+    def queue_depth(self, depth: int) -> None:
+        self._parent.queue_depth.labels(model=self.model).set(depth)
+
+    def inference(self, seconds: float) -> None:
+        self.stage("inference", seconds)
+
+    def model_loaded(self, seconds: float) -> None:
+        self._parent.model_load_seconds.labels(model=self.model).observe(seconds)
+
+    def model_load_failed(self) -> None:
+        self._parent.model_load_failures.labels(model=self.model).inc()
+
+
+class ServiceMetrics:
+    """Every metric the service exports, registered in its own `CollectorRegistry`."""
+
+    def __init__(self, registry: CollectorRegistry | None = None):
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.stages: dict[str, Histogram] = {
+            stage: Histogram(
+                f"detect_{stage}_seconds",
+                f"Time spent in the {stage.replace('_', ' ')} stage"
+                + (" (per batch)" if stage == "inference" else " (per image)"),
+                ["model"],
+                buckets=STAGE_BUCKETS,
+                registry=r,
+            )
+            for stage in STAGES
+        }
+        self.request_seconds = Histogram(
+            "detect_request_seconds",
+            "End-to-end time of a detect request, from arrival to the response being handed to the server",
+            ["model"],
+            buckets=STAGE_BUCKETS,
+            registry=r,
+        )
+        self.batch_size = Histogram(
+            "detect_batch_size",
+            "Images per inference batch",
+            ["model"],
+            buckets=BATCH_SIZE_BUCKETS,
+            registry=r,
+        )
+        self.batches = Counter(
+            "detect_batches", "Inference batches by why they closed", ["model", "reason"], registry=r
+        )
+        self.queue_depth = Gauge(
+            "detect_queue_depth", "Images waiting to start inference", ["model"], registry=r
+        )
+        self.in_flight = Gauge("detect_in_flight_requests", "Detect requests being handled", registry=r)
+        self.requests = Counter(
+            "detect_requests", "Detect requests by model and HTTP status code", ["model", "code"], registry=r
+        )
+        self.model_ready = Gauge(
+            "detect_model_ready",
+            "1 when the model version is loaded, warmed up and batching",
+            ["model", "version"],
+            registry=r,
+        )
+        # The live model repository: what is loaded, how long loading (with warm-up) took, what failed.
+        self.loaded_models = Gauge(
+            "detect_loaded_models", "Model names serving at least one version", registry=r
+        )
+        self.loaded_versions = Gauge("detect_loaded_model_versions", "Model versions loaded", registry=r)
+        self.model_load_seconds = Histogram(
+            "detect_model_load_seconds",
+            "Time to load and warm up one model version",
+            ["model"],
+            buckets=(0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0),
+            registry=r,
+        )
+        self.model_load_failures = Counter(
+            "detect_model_load_failures", "Model versions that failed to load", ["model"], registry=r
+        )
+        self.model_info = Gauge(
+            "detect_model_info",
+            "1 per loaded model version, labelled with its runtime and the inference precision in effect",
+            ["model", "version", "backend", "precision"],
+            registry=r,
+        )
+
+    def serving_info(self, model: str, version: str, backend: str, precision: str) -> None:
+        """Record which runtime and inference precision serve ``model``/``version`` (an info gauge)."""
+        self.model_info.labels(model=model, version=version, backend=backend, precision=precision).set(1)
+
+    def for_model(self, model: str) -> ModelMetrics:
+        """Metrics of one model, with its label series created up front so rates start at zero."""
+        for stage in STAGES:
+            self.stages[stage].labels(model=model)
+        self.request_seconds.labels(model=model)
+        self.batch_size.labels(model=model)
+        for reason in CLOSE_REASONS:
+            self.batches.labels(model=model, reason=reason)
+        self.queue_depth.labels(model=model).set(0)
+        return ModelMetrics(self, model)
+
+    def observe_request(self, model: str, status_code: int, seconds: float) -> None:
+        self.requests.labels(model=model, code=str(status_code)).inc()
+        self.request_seconds.labels(model=model).observe(seconds)
+
+    def exposition(self) -> tuple[bytes, str]:
+        """The text exposition format and its content type."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+def serve_metrics(metrics: ServiceMetrics, host: str, port: int) -> WSGIServer:
+    """Serve ``metrics`` on their own port (prometheus-client's server, in a daemon thread); call
+    ``shutdown()`` then ``server_close()`` on the result to stop it."""
+    server, _ = start_http_server(port, addr=host, registry=metrics.registry)
+    return server

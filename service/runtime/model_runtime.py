@@ -1,0 +1,339 @@
+"""The loaded models: one backend and one batcher per model version, loaded in the background.
+
+`ModelRuntime` is created with the repository's entries (already scanned and validated), then
+`start_loading` loads each backend, warms it up and starts its batcher in a background task, so the
+server answers liveness at once and readiness only when every model serves.
+
+Models can also change while serving (`service.runtime.model_control`): every request holds a lease on the
+model version it resolved (`LoadedModel.lease`) until it is answered, so a version that is swapped out
+or unloaded is retired (`LoadedModel.retire`) only once its last request finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from typing import Literal
+
+import numpy as np
+
+from contract.manifest import Manifest
+from service.errors import BadRequest, ModelNotFound, ServiceUnavailable
+from service.runtime.backends import Backend, BackendFactory
+from service.runtime.batcher import DynamicBatcher
+from service.runtime.default_model import no_default_message, resolve_default_model
+from service.runtime.metrics import ModelMetrics, ServiceMetrics
+from service.runtime.repository import ModelEntry, version_sort_key
+from service.settings import BatchingConfig, Settings
+
+logger = logging.getLogger(__name__)
+
+ModelState = Literal["pending", "loading", "warming", "ready", "failed", "retiring", "stopped"]
+
+
+class LoadedModel:
+    """One model version: manifest, backend, batcher and its state."""
+
+    def __init__(self, entry: ModelEntry, batching: BatchingConfig, metrics: ModelMetrics):
+        self.entry = entry
+        self.batching = batching
+        self.metrics = metrics
+        self.backend: Backend | None = None
+        self.batcher: DynamicBatcher[np.ndarray, dict[str, np.ndarray]] | None = None
+        self.state: ModelState = "pending"
+        self.error: str | None = None
+        self.load_seconds: float | None = None
+        self._leases = 0
+        self._retired = False
+        self._unleased = asyncio.Event()
+        self._unleased.set()
+
+    @property
+    def name(self) -> str:
+        return self.entry.name
+
+    @property
+    def version(self) -> str:
+        return self.entry.version
+
+    @property
+    def manifest(self) -> Manifest:
+        return self.entry.manifest
+
+    @property
+    def ready(self) -> bool:
+        return self.state == "ready" and self.batcher is not None and self.batcher.alive
+
+    def status(self) -> str:
+        """ok, or what it is doing / why it does not serve."""
+        if self.state == "ready" and self.batcher is not None and not self.batcher.alive:
+            return f"failed: batcher stopped ({self.batcher.failure})"
+        if self.state == "ready":
+            return "ok"
+        return f"failed: {self.error}" if self.state == "failed" else self.state
+
+    def run_batch(self, images: list[np.ndarray]) -> list[dict[str, np.ndarray]]:
+        """The batcher's work function (inference thread): B images [H, W, 3] -> B output dicts."""
+        assert self.backend is not None
+        outputs = self.backend.infer(np.stack(images))  # B x (H, W, 3) -> (B, H, W, 3)
+        return [{name: value[i] for name, value in outputs.items()} for i in range(len(images))]
+
+    def admit(self, images: int, deadline: float | None) -> None:
+        """Refuse now (429 + Retry-After) ``images`` that could not be done by ``deadline`` behind the
+        queue as it is (see `DynamicBatcher.admit`)."""
+        if self.batcher is None or self.state != "ready":
+            raise ServiceUnavailable(
+                f"model {self.name!r} version {self.version!r} is {self.status()}", retry_after_s=5
+            )
+        self.batcher.admit(images, deadline)
+
+    async def submit(
+        self, image: np.ndarray, deadline: float | None, times: dict[str, float] | None = None
+    ) -> dict[str, np.ndarray]:
+        """Queue one network-sized image; its outputs (batch dimension removed) once its batch ran.
+        ``times`` receives its queue_wait and inference seconds."""
+        if self.batcher is None or self.state != "ready":
+            raise ServiceUnavailable(
+                f"model {self.name!r} version {self.version!r} is {self.status()}", retry_after_s=5
+            )
+        return await self.batcher.submit(image, deadline=deadline, times=times)
+
+    @contextmanager
+    def lease(self) -> Iterator[LoadedModel]:
+        """Hold this version for one request: `retire` waits until every lease is returned."""
+        self._leases += 1
+        self._unleased.clear()
+        try:
+            yield self
+        finally:
+            self._leases -= 1
+            if self._leases == 0:
+                self._unleased.set()
+
+    async def retire(self, timeout: float | None) -> None:
+        """Stop serving once no request holds this version any more (at most ``timeout`` seconds),
+        run what is still queued, then release the backend. Call after new requests can no longer
+        resolve it."""
+        if self._retired:
+            return
+        self._retired = True  # it keeps serving the requests that hold a lease on it
+        try:
+            async with asyncio.timeout(timeout):
+                await self._unleased.wait()
+        except TimeoutError:
+            logger.warning(
+                "model %s version %s: %d request(s) still running after %ss; stopping it anyway",
+                self.name,
+                self.version,
+                self._leases,
+                timeout,
+            )
+        self.state = "retiring"
+        if self.batcher is not None:
+            await self.batcher.stop(timeout)
+        if self.backend is not None:
+            await asyncio.to_thread(self.backend.close)
+        self.state = "stopped"
+
+    def warmup(self) -> None:
+        """Run a batch of 1 and a full batch of black images: first runs allocate memory and pick kernels."""
+        assert self.backend is not None
+        spec = self.manifest.input
+        for size in sorted({1, self.batching.max_batch_size}):
+            self.backend.infer(np.zeros((size, spec.height, spec.width, 3), dtype=np.uint8))
+
+
+def _info_labels(model: LoadedModel) -> tuple[str, str, str, str] | None:
+    """``detect_model_info``'s labels for a loaded version: model, version, runtime, precision in effect."""
+    if model.backend is None:
+        return None
+    return (model.name, model.version, model.backend.description, model.backend.inference_precision)
+
+
+def _readiness_of(model: LoadedModel) -> Callable[[], float]:
+    return lambda: 1.0 if model.ready else 0.0
+
+
+class ModelRuntime:
+    """Every served model version, by name then version; the readiness of the whole server."""
+
+    def __init__(
+        self,
+        entries: Sequence[ModelEntry],
+        settings: Settings,
+        metrics: ServiceMetrics,
+        backend_factory: BackendFactory,
+    ):
+        self.settings = settings
+        self._metrics = metrics
+        self._factory = backend_factory
+        self.models: dict[str, dict[str, LoadedModel]] = {}
+        for entry in entries:
+            model = self.new_model(entry)
+            self.models.setdefault(entry.name, {})[entry.version] = model
+            self.publish(model)
+        metrics.loaded_models.set_function(lambda: len(self.models))
+        metrics.loaded_versions.set_function(lambda: len(self.all()))
+        self.default_model = resolve_default_model(
+            settings.default_model, settings.model_repository, self.models
+        )
+        if self.default_model is None and len(self.models) > 1:
+            logger.warning("no default model declared: requests must name one (%s)", sorted(self.models))
+        self._task: asyncio.Task[None] | None = None
+        self._loaded = asyncio.Event()
+
+    def all(self) -> list[LoadedModel]:
+        return [m for versions in self.models.values() for m in versions.values()]
+
+    @property
+    def metrics(self) -> ServiceMetrics:
+        return self._metrics
+
+    def new_model(self, entry: ModelEntry) -> LoadedModel:
+        """A not yet loaded `LoadedModel` for ``entry``, with its batching settings resolved."""
+        batching = self.settings.batching_for(entry.name, entry.manifest.max_batch_size)
+        if not entry.manifest.dynamic_batch:
+            # A fixed-batch artifact always computes max_batch_size images; filling it costs nothing.
+            batching = BatchingConfig(
+                entry.manifest.max_batch_size, batching.max_queue_delay_s, batching.max_queue_size
+            )
+        return LoadedModel(entry, batching, self._metrics.for_model(entry.name))
+
+    def publish(self, model: LoadedModel) -> None:
+        """Export ``model``'s readiness; evaluated at every scrape, so a batcher that dies shows at once."""
+        self._metrics.model_ready.labels(model=model.name, version=model.version).set_function(
+            _readiness_of(model)
+        )
+
+    def unpublish(self, model: LoadedModel) -> None:
+        """Drop ``model``'s readiness series, unless a version of the same number serves in its place."""
+        current = self.models.get(model.name, {}).get(model.version)
+        if current is None:
+            with suppress(KeyError):  # never published (it failed to load)
+                self._metrics.model_ready.remove(model.name, model.version)
+        labels = _info_labels(model)
+        if labels is not None and (current is None or _info_labels(current) != labels):
+            with suppress(KeyError):
+                self._metrics.model_info.remove(*labels)
+
+    async def load(self, model: LoadedModel) -> None:
+        """Load, warm up and start ``model``; afterwards its state is ready or failed (with ``error``)."""
+        await self._load(model)
+
+    # -------------------------------------------------------------- loading
+
+    def start_loading(self) -> None:
+        """Load, warm up and start every model in a background task (call inside the running loop)."""
+        self._task = asyncio.get_running_loop().create_task(self._load_all(), name="load-models")
+
+    async def wait_loaded(self) -> None:
+        """Return once every model has finished loading (ready or failed)."""
+        await self._loaded.wait()
+
+    async def _load_all(self) -> None:
+        try:
+            for model in self.all():
+                await self._load(model)
+        finally:
+            self._loaded.set()
+
+    async def _load(self, model: LoadedModel) -> None:
+        started = time.monotonic()
+        try:
+            model.state = "loading"
+            model.backend = await asyncio.to_thread(self._factory, model.entry, self.settings)
+            labels = _info_labels(model)
+            assert labels is not None
+            self._metrics.serving_info(*labels)
+            if self.settings.warmup:
+                model.state = "warming"
+                await asyncio.to_thread(model.warmup)
+            model.batcher = DynamicBatcher(
+                f"{model.name}:{model.version}",
+                model.run_batch,
+                max_batch_size=model.batching.max_batch_size,
+                max_queue_delay_s=model.batching.max_queue_delay_s,
+                max_queue_size=model.batching.max_queue_size,
+                metrics=model.metrics,
+                dispatch_when_idle=self.settings.dispatch_when_idle,
+            )
+            model.batcher.start()
+            model.state = "ready"
+            model.load_seconds = time.monotonic() - started
+            model.metrics.model_loaded(model.load_seconds)
+        except Exception as exc:
+            model.state = "failed"
+            model.error = f"{type(exc).__name__}: {exc}"
+            model.metrics.model_load_failed()
+            if model.backend is not None:  # loaded but failed to warm up: free it now
+                await asyncio.to_thread(model.backend.close)
+                model.backend = None
+            logger.error(
+                "model %s version %s failed to load: %s", model.name, model.version, exc, exc_info=exc
+            )
+        else:
+            backend = model.backend.description if model.backend else "?"
+            logger.info(
+                "model %s version %s ready on %s in %.2fs (batch <= %d, delay %.1f ms)",
+                model.name,
+                model.version,
+                backend,
+                time.monotonic() - started,
+                model.batching.max_batch_size,
+                model.batching.max_queue_delay_s * 1000,
+            )
+
+    # -------------------------------------------------------------- serving
+
+    @property
+    def ready(self) -> bool:
+        models = self.all()
+        return bool(models) and all(m.ready for m in models)
+
+    def status(self) -> dict[str, str]:
+        """``{"name:version": "ok" | "loading" | "warming" | "failed: ..."}``."""
+        return {f"{m.name}:{m.version}": m.status() for m in self.all()}
+
+    def get(self, name: str | None, version: str | None) -> LoadedModel:
+        """The model version a request asked for (None: the default model / its latest loaded version).
+
+        Raises `ModelNotFound` naming what exists.
+        """
+        if name is None and self.default_model is not None and self.default_model not in self.models:
+            raise ModelNotFound(
+                f"the default model {self.default_model!r} is not loaded (it was unloaded); name a model "
+                f"with ?model= (loaded: {sorted(self.models)}) or load it again",
+                field="model",
+            )
+        name = name or self.default_model
+        if name is None:
+            raise BadRequest(no_default_message(self.models), field="model")
+        if name not in self.models:
+            raise ModelNotFound(
+                f"unknown model {name!r}; this server has {sorted(self.models)}", field="model"
+            )
+        versions = self.models[name]
+        if version is None:
+            return versions[max(versions, key=version_sort_key)]
+        if version not in versions:
+            raise ModelNotFound(
+                f"model {name!r} has no loaded version {version!r}; "
+                f"loaded: {sorted(versions, key=version_sort_key)}",
+                field="version",
+            )
+        return versions[version]
+
+    async def stop(self, timeout: float | None) -> None:
+        """Stop loading, drain every batcher (queued work runs), then release the backends."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        batchers = [m.batcher for m in self.all() if m.batcher is not None]
+        await asyncio.gather(*(b.stop(timeout) for b in batchers), return_exceptions=True)
+        for model in self.all():
+            if model.backend is not None:
+                await asyncio.to_thread(model.backend.close)
+            model.state = "stopped"

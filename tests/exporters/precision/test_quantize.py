@@ -1,0 +1,206 @@
+"""``detect-export quantize``: INT8 variants with NNCF, what stays fp32, the AP gate and its refusal.
+
+The default model (a trained SSD300, so AP means something) on a few synthetic images: a sound
+calibration passes the gate and writes a QDQ artifact; a calibration on flat grey images wrecks the
+activation ranges and is refused with exit 3 and a message naming the flags; nothing is written then.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import cv2
+import numpy as np
+import onnx
+import pytest
+
+from contract.manifest import Accuracy, Manifest
+from exporters.cli import EXIT_GPU_REQUIRED, main
+from exporters.evaluation.served_eval import file_sha256
+from exporters.onnx.graph import load_checked
+from exporters.precision.nncf_int8 import ignored_scope
+from exporters.precision.quantize import gate_failures
+from exporters.tensorrt.build import TensorRTExportRequest, export_tensorrt
+from exporters.tensorrt.engine import gpu_unavailable_reason
+from exporters.tensorrt.ops import check_tensorrt_ops
+from training.data.synthetic import generate_dataset
+
+DEFAULT = Path(__file__).resolve().parents[3] / "models" / "ssd300-synth" / "1"
+VAL_IMAGES = 12
+
+
+@pytest.fixture(scope="module")
+def small_val(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("val12")
+    generate_dataset(root, 0, VAL_IMAGES, 0)
+    return root
+
+
+@pytest.fixture(scope="module")
+def grey_split(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A COCO folder whose only split holds flat grey images: a deliberately useless calibration set."""
+    root = tmp_path_factory.mktemp("grey")
+    (root / "val").mkdir()
+    (root / "annotations").mkdir()
+    images = []
+    for i in range(4):
+        cv2.imwrite(str(root / "val" / f"{i + 1}.png"), np.full((64, 64, 3), 128, np.uint8))
+        images.append({"id": i + 1, "file_name": f"{i + 1}.png", "width": 64, "height": 64})
+    categories = [{"id": label.coco_id, "name": label.name} for label in Manifest.read(DEFAULT).labels]
+    dataset = {"images": images, "annotations": [], "categories": categories}
+    (root / "annotations" / "instances_val.json").write_text(json.dumps(dataset))
+    return root
+
+
+def test_ignored_scope_keeps_preprocessing_and_postprocessing_fp32() -> None:
+    manifest = Manifest.read(DEFAULT)
+    model = onnx.load(str(DEFAULT / manifest.file))
+    scope = ignored_scope(model, manifest)
+    ops = {node.name: node.op_type for node in model.graph.node}
+    ignored_ops = {ops[name] for name in scope["names"]}
+    assert {"NonMaxSuppression", "TopK", "Softmax", "Exp"} <= ignored_ops
+    assert "Conv" not in ignored_ops  # the network itself is quantized
+    assert "Sigmoid" in scope["types"]
+
+
+def test_unquantized_precision_is_refused_for_bf16_variants(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        ["quantize", "--artifact", str(DEFAULT), "--output", str(tmp_path / "x" / "1"), "--data",
+         str(tmp_path), "--precision", "bf16", "--unquantized-precision", "bf16"]
+    )  # fmt: skip
+    assert code != 0
+    assert "--unquantized-precision applies to --precision int8 only" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_gate_failures_name_what_dropped() -> None:
+    accuracy = Accuracy(
+        dataset="d", split="val", images=1, annotations_sha256="0", runtime="r", box_ap=0.40,
+        mask_ap=0.50, parent_box_ap=0.41, parent_mask_ap=0.501, box_ap_delta=-0.01, mask_ap_delta=-0.001,
+    )  # fmt: skip
+    assert gate_failures(accuracy, 0.005) == ["box AP 0.4000 vs the parent's 0.4100 (-0.0100)"]
+    assert gate_failures(accuracy, 0.02) == []
+
+
+@pytest.mark.timeout(600)
+def test_int8_variant_passes_the_gate_and_records_its_provenance(small_val: Path, tmp_path: Path) -> None:
+    output = tmp_path / "models" / "ssd300-synth-int8" / "1"
+    code = main(
+        ["quantize", "--artifact", str(DEFAULT), "--output", str(output), "--data", str(small_val),
+         "--calibration-split", "val", "--calibration-images", "8", "--max-ap-drop", "0.05",
+         "--unquantized-precision", "bf16"]
+    )  # fmt: skip
+    assert code == 0
+    manifest = Manifest.read(output)
+    assert manifest.precision == "int8" and manifest.format == "onnx"
+    assert manifest.unquantized_precision == "bf16"
+    assert manifest.parent is not None
+    assert (manifest.parent.name, manifest.parent.version) == ("ssd300-synth", "1")
+    assert manifest.parent.file_sha256 == file_sha256(DEFAULT / "model.onnx")
+    calibration = manifest.provenance.export_settings["calibration"]
+    assert (calibration["split"], calibration["images"], calibration["seed"]) == ("val", 8, 0)
+    assert manifest.provenance.export_settings["nncf"]["version"]
+    assert manifest.provenance.export_settings["unquantized_weight_storage"] == "float16"  # as the parent
+    accuracy = manifest.accuracy
+    assert accuracy is not None and accuracy.images == VAL_IMAGES and accuracy.max_ap_drop == 0.05
+    assert accuracy.runtime.startswith("openvino[") and accuracy.runtime.endswith(",CPU,bf16]")  # as served
+    assert accuracy.parent_box_ap is not None and accuracy.parent_box_ap > 0.2
+    assert accuracy.box_ap_delta == pytest.approx(accuracy.box_ap - accuracy.parent_box_ap)
+    model = load_checked(output / manifest.file)  # the checker with strict shape and type inference
+    ops = [node.op_type for node in model.graph.node]
+    assert ops.count("QuantizeLinear") >= 20 and "NonMaxSuppression" in ops
+    # Nothing downstream of the raw heads is quantized: no Q/DQ feeds post-processing ops.
+    producers = {out: node.op_type for node in model.graph.node for out in node.output}
+    for node in model.graph.node:
+        if node.op_type in ("NonMaxSuppression", "TopK", "Softmax", "Exp"):
+            assert all(producers.get(i) != "DequantizeLinear" for i in node.input), node.name
+    # The INT8 weights make the file about a quarter of the fp32 parent's (which stores fp16).
+    assert (output / manifest.file).stat().st_size < 0.6 * (DEFAULT / "model.onnx").stat().st_size
+
+
+@pytest.fixture
+def grey_calibration(small_val: Path, grey_split: Path, tmp_path: Path) -> Path:
+    """A COCO folder: ``grey_split``'s grey images as its train split, ``small_val`` as its val split."""
+    calibration = tmp_path / "calib"
+    (calibration / "annotations").mkdir(parents=True)
+    (calibration / "train").symlink_to(grey_split / "val")
+    (calibration / "annotations" / "instances_train.json").symlink_to(
+        grey_split / "annotations" / "instances_val.json"
+    )
+    (calibration / "val").symlink_to(small_val / "val")
+    (calibration / "annotations" / "instances_val.json").symlink_to(
+        small_val / "annotations" / "instances_val.json"
+    )
+    return calibration
+
+
+@pytest.mark.timeout(600)
+def test_bad_calibration_is_refused_by_the_gate(
+    grey_calibration: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calibration = grey_calibration
+    output = tmp_path / "models" / "bad-int8" / "1"
+    code = main(
+        ["quantize", "--artifact", str(DEFAULT), "--output", str(output), "--data", str(calibration),
+         "--calibration-images", "4"]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 3, err
+    assert "loses more than --max-ap-drop 0.005" in err and "box AP" in err
+    assert "--no-accuracy-gate" in err and "--accuracy-control" in err
+    assert not output.exists()
+
+
+@pytest.mark.timeout(900)
+def test_accuracy_control_returns_harmful_layers_to_fp32_until_the_gate_passes(
+    grey_calibration: Path, tmp_path: Path
+) -> None:
+    output = tmp_path / "models" / "controlled-int8" / "1"
+    code = main(
+        ["quantize", "--artifact", str(DEFAULT), "--output", str(output), "--data", str(grey_calibration),
+         "--calibration-images", "4", "--accuracy-control", "--ranking-images", "4"]
+    )  # fmt: skip
+    assert code == 0
+    manifest = Manifest.read(output)
+    assert manifest.provenance.export_settings["nncf"]["function"] == "quantize_with_accuracy_control"
+    accuracy = manifest.accuracy
+    assert accuracy is not None and accuracy.box_ap_delta is not None and accuracy.box_ap_delta >= -0.005
+
+    # Some layers went back to fp32, not all: fewer quantizers than plain PTQ of the same parent left in
+    # the shipped variant, but some.
+    def quantizers(artifact: Path) -> int:
+        graph = load_checked(artifact / "model.onnx").graph
+        return sum(node.op_type == "QuantizeLinear" for node in graph.node)
+
+    assert 0 < quantizers(output) < quantizers(INT8)
+
+
+INT8 = DEFAULT.parents[1] / "ssd300-synth-int8" / "1"
+NO_GPU = gpu_unavailable_reason()
+
+
+@pytest.mark.skipif(NO_GPU is None, reason="a GPU is present: the no-GPU path does not run here")
+def test_without_gpu_trt_checks_the_int8_qdq_graph_then_exits_4(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    output = tmp_path / "trt-int8" / "1"
+    code = main(["trt", "--artifact", str(INT8), "--output", str(output)])
+    err = capsys.readouterr().err
+    assert code == EXIT_GPU_REQUIRED, err
+    assert "INT8 TensorRT engine not built" in err and "passed the TensorRT op check" in err
+    assert not output.exists()
+    assert check_tensorrt_ops(onnx.load(str(INT8 / "model.onnx")))["passed"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(NO_GPU is not None, reason=f"needs an NVIDIA GPU with TensorRT: {NO_GPU}")
+def test_int8_engine_builds_from_the_qdq_artifact_and_matches_onnxruntime(tmp_path: Path) -> None:
+    output = tmp_path / "trt-int8" / "1"
+    manifest = export_tensorrt(TensorRTExportRequest(INT8, output, min_batch=1, opt_batch=8, max_batch=64))
+    assert (manifest.format, manifest.precision, manifest.file) == ("tensorrt", "int8", "model.plan")
+    assert manifest.provenance.export_settings["tensorrt_build"]["result"]["int8"] is True
+    engine = manifest.verification["engine"]
+    assert engine["contract"]["passed"] and engine["detections_vs_onnxruntime"]["unexplained"] == 0

@@ -1,0 +1,238 @@
+"""The page at /, in a real headless Chromium (Debian's `chromium` + `chromium-driver`, driven by selenium)
+against a real `detect-serve` on 127.0.0.1: what it draws equals what the API answers.
+
+The browser and its driver come from scripts/install-system-deps.sh (as root); without them these tests
+skip and say so. Screenshots are saved under the test's tmp_path.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import cv2
+import httpx
+import pytest
+from pycocotools import mask as mask_utils
+from service_testkit import PROJECT, Server, add_toy_model, encode
+
+from service.http.web import SAMPLES_DIR
+
+CHROMIUM = shutil.which("chromium")
+CHROMEDRIVER = shutil.which("chromedriver")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None or CHROMEDRIVER is None,
+    reason="needs chromium and chromium-driver (Debian packages; scripts/install-system-deps.sh installs "
+    "them when run as root)",
+)
+SAMPLE = "shapes-1.jpg"
+WAIT_S = 30
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """The committed default model beside a toy mask model, the default declared by the repository."""
+    repo = tmp_path_factory.mktemp("web_repo")
+    (repo / "ssd300-synth").symlink_to(PROJECT / "models" / "ssd300-synth")
+    add_toy_model(repo, "toy-masks", mask_size=(8, 8))
+    (repo / "default").write_text("ssd300-synth\n")
+    server = Server(repo, {"DETECT_INTRA_OP_THREADS": "1", "DETECT_WORKER_THREADS": "2"})
+    try:
+        server.wait_until(
+            lambda: httpx.get(f"{server.url}/health/ready", timeout=5).status_code == 200, "readiness"
+        )
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
+        options.add_argument(argument)
+    options.add_argument("--window-size=1400,1000")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=str(CHROMEDRIVER)))
+    driver.set_page_load_timeout(WAIT_S)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def wait_for(browser: Any, script: str, what: str) -> Any:
+    """Poll a JavaScript expression until it is truthy; its value."""
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    return WebDriverWait(browser, WAIT_S, poll_frequency=0.05).until(
+        lambda driver: driver.execute_script(f"return {script}"), message=f"waiting for {what}"
+    )
+
+
+def drawn(browser: Any) -> list[dict[str, Any]]:
+    assert browser.execute_script("return document.getElementById('canvas').dataset.state") == "done"
+    return json.loads(browser.execute_script("return document.getElementById('canvas').dataset.drawn"))
+
+
+def api_detections(server: Server, model: str, **params: str | float) -> list[dict[str, Any]]:
+    response = httpx.post(
+        f"{server.url}/detect",
+        params={"model": model, **params},
+        content=(SAMPLES_DIR / SAMPLE).read_bytes(),
+        headers={"content-type": "image/jpeg"},
+        timeout=WAIT_S,
+    )
+    assert response.status_code == 200, response.text
+    return response.json()["detections"]
+
+
+def as_drawn(detections: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    keys = ("class_id", "category_id", "label", "score", "box")
+    return [{key: d.get(key) for key in keys} for d in detections]
+
+
+def open_page_and_run_sample(browser: Any, server: Server, model: str) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.select import Select
+
+    browser.get(f"{server.url}/")
+    wait_for(browser, "document.getElementById('model').options.length > 0", "the model list")
+    Select(browser.find_element(By.ID, "model")).select_by_value(model)
+    browser.find_element(By.CSS_SELECTOR, f'.sample[data-src="/static/samples/{SAMPLE}"]').click()
+    wait_for(browser, "document.getElementById('canvas').dataset.state === 'done'", "the detections drawn")
+
+
+def set_threshold(browser: Any, value: float) -> None:
+    browser.execute_script(
+        "const s = document.getElementById('threshold'); s.value = arguments[0];"
+        "s.dispatchEvent(new Event('input'));",
+        str(value),
+    )
+
+
+def test_page_draws_the_apis_detections_and_filters_without_resending(
+    browser: Any, server: Server, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    open_page_and_run_sample(browser, server, "ssd300-synth")
+    # The slider starts at the model's default threshold: what a request without score_threshold gets.
+    threshold = float(browser.find_element(By.ID, "threshold").get_attribute("value"))
+    shown = drawn(browser)
+    assert shown and shown == as_drawn(api_detections(server, "ssd300-synth"))
+    assert shown == as_drawn(api_detections(server, "ssd300-synth", score_threshold=threshold))
+    browser.save_screenshot(str(tmp_path / "page-default-threshold.png"))
+
+    # The best box is really on the canvas: its left edge, half-way down, has its class's colour.
+    best = max(shown, key=lambda d: d["score"])
+    # The stroke is at least 2 px wide, centred on x1: this pixel lies wholly inside it.
+    x, y = math.ceil(best["box"]["x1"] - 1), int((best["box"]["y1"] + best["box"]["y2"]) / 2)
+    pixel = browser.execute_script(
+        "return Array.from(document.getElementById('canvas').getContext('2d')"
+        ".getImageData(arguments[0], arguments[1], 1, 1).data)",
+        x,
+        y,
+    )
+    colour = browser.execute_script("return PALETTE[arguments[0] % PALETTE.length]", best["class_id"])
+    assert pixel[:3] == colour
+
+    # Another threshold, then a class filter: re-filtered in the page, equal to the API's answer, and no
+    # new request. The other threshold lets the best hidden box in (slider steps are 0.01).
+    everything = as_drawn(api_detections(server, "ssd300-synth", score_threshold=0.05))
+    other = math.floor(max(d["score"] for d in everything if d["score"] < threshold) * 100) / 100
+    set_threshold(browser, other)
+    refiltered = drawn(browser)
+    assert refiltered == as_drawn(api_detections(server, "ssd300-synth", score_threshold=other))
+    assert len(refiltered) != len(shown)
+    browser.save_screenshot(str(tmp_path / f"page-threshold-{other}.png"))
+    first_class = browser.find_element(By.CSS_SELECTOR, "#classes input")
+    dropped = int(first_class.get_attribute("value"))
+    first_class.click()
+    kept = [d for d in refiltered if d["class_id"] != dropped]
+    categories = sorted({d["category_id"] for d in kept})
+    assert drawn(browser) == kept
+    assert kept == as_drawn(
+        api_detections(
+            server, "ssd300-synth", score_threshold=other, classes=",".join(str(c) for c in categories)
+        )
+    )
+    assert browser.execute_script("return window.detectPage.requests") == 1
+    rows = browser.find_elements(By.CSS_SELECTOR, "#detections tbody tr")
+    assert len(rows) == len(kept)
+    stages = [r.text.split()[0] for r in browser.find_elements(By.CSS_SELECTOR, "#timings tbody tr")]
+    assert stages[:6] == ["decode", "preprocess", "queue_wait", "inference", "postprocess", "encode"]
+
+
+def test_page_decodes_masks_from_the_apis_rle(browser: Any, server: Server, tmp_path: Path) -> None:
+    open_page_and_run_sample(browser, server, "toy-masks")
+    shown = drawn(browser)
+    api = api_detections(server, "toy-masks")
+    assert shown and [{k: v for k, v in d.items() if k != "mask_area"} for d in shown] == as_drawn(api)
+    for page_detection, detection in zip(shown, api, strict=True):
+        rle = {"size": detection["mask"]["size"], "counts": detection["mask"]["counts"].encode()}
+        assert page_detection["mask_area"] == int(mask_utils.area(rle)) > 0
+    browser.save_screenshot(str(tmp_path / "page-masks.png"))
+
+
+def test_page_sends_a_chosen_file_and_shows_the_apis_error(
+    browser: Any, server: Server, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{server.url}/")
+    wait_for(browser, "document.getElementById('model').options.length > 0", "the model list")
+    png = tmp_path / "mine.png"  # the user's own file, in another format than the samples
+    png.write_bytes(encode(cv2.cvtColor(cv2.imread(str(SAMPLES_DIR / SAMPLE)), cv2.COLOR_BGR2RGB), ".png"))
+    browser.find_element(By.ID, "file").send_keys(str(png))
+    wait_for(browser, "document.getElementById('canvas').dataset.state === 'done'", "the detections drawn")
+    api = httpx.post(
+        f"{server.url}/detect",
+        content=png.read_bytes(),
+        headers={"content-type": "image/png"},
+        timeout=WAIT_S,
+    )
+    assert drawn(browser) == as_drawn(api.json()["detections"])
+
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(png.read_bytes()[: len(png.read_bytes()) // 2])
+    browser.find_element(By.ID, "file").send_keys(str(broken))
+    wait_for(browser, "document.getElementById('canvas').dataset.state === 'error'", "the error shown")
+    status = browser.find_element(By.ID, "status")
+    assert status.text.startswith("400: ") and "error" in status.get_attribute("class")
+
+
+@pytest.mark.parametrize(
+    ("path", "rendered"),
+    [
+        ("/", "document.getElementById('model').options.length > 0"),
+        ("/docs", "document.querySelector('.swagger-ui .opblock') !== null"),
+        ("/redoc", "document.querySelector('.api-content h2') !== null"),
+    ],
+)
+def test_pages_load_nothing_from_elsewhere(
+    browser: Any, server: Server, path: str, rendered: str, tmp_path: Path
+) -> None:
+    browser.get_log("browser")  # drop earlier pages' messages
+    browser.get(f"{server.url}{path}")
+    wait_for(browser, rendered, f"{path} rendered")
+    attempted = browser.execute_script(
+        "return performance.getEntriesByType('resource').map(e => e.name)"
+        ".concat(performance.getEntriesByType('navigation').map(e => e.name))"
+    )
+    refused = " ".join(
+        e["message"] for e in browser.get_log("browser") if "Content Security Policy" in e["message"]
+    )
+    external = [url for url in attempted if not url.startswith(f"{server.url}/")]
+    # ReDoc's bundle asks for its logo from cdn.redoc.ly; the page's Content-Security-Policy refuses it.
+    assert all(url in refused for url in external), (external, refused)
+    assert path == "/redoc" or not external
+    browser.save_screenshot(str(tmp_path / "page.png"))

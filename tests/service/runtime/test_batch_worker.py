@@ -1,0 +1,47 @@
+"""`BatchWorker`: runs one batch in its thread, hands out outputs or the batch's failure, times batches."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable, Sequence
+
+import pytest
+
+from service.errors import BackendError
+from service.runtime.batch_worker import BatchWorker, NoMetrics, Pending
+
+
+async def _run(
+    run_batch: Callable[[list[int]], Sequence[int]], items: list[int]
+) -> tuple[list[Pending[int, int]], BatchWorker[int, int]]:
+    idle = asyncio.Event()
+    worker: BatchWorker[int, int] = BatchWorker("m", run_batch, NoMetrics(), idle.set)
+    loop = asyncio.get_running_loop()
+    batch = [Pending(i, loop.create_future(), time.monotonic(), math.inf, times={}) for i in items]
+    worker.dispatch(batch)
+    assert not worker.idle and worker.running_size == len(items)
+    await asyncio.wait_for(idle.wait(), 5)
+    worker.shutdown()
+    return batch, worker
+
+
+def test_each_waiter_gets_its_output_and_the_batch_is_timed() -> None:
+    def double(items: list[int]) -> Sequence[int]:
+        return [2 * i for i in items]
+
+    batch, worker = asyncio.run(_run(double, [1, 2, 3]))
+    assert [p.future.result() for p in batch] == [2, 4, 6]
+    assert worker.idle and worker.running_size == 0 and worker.batch_times.known
+    assert all(p.times is not None and p.times["inference"] >= 0 for p in batch)
+
+
+def test_a_wrong_output_count_fails_every_waiter_of_the_batch() -> None:
+    def short(items: list[int]) -> Sequence[int]:
+        return items[:1]
+
+    batch, _ = asyncio.run(_run(short, [1, 2]))
+    for pending in batch:
+        with pytest.raises(BackendError, match="returned 1 results for 2 inputs"):
+            pending.future.result()

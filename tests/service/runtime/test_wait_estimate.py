@@ -1,0 +1,53 @@
+"""Expected wait from measured batch times (what admission by expected wait decides on)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from service.runtime.wait_estimate import BatchTimeModel, expected_finish_s, retry_after_s
+
+
+def test_nothing_observed_predicts_nothing() -> None:
+    model = BatchTimeModel()
+    assert not model.known and model.seconds(8) == 0.0
+
+
+def test_one_batch_size_is_proportional_and_two_fit_a_line() -> None:
+    model = BatchTimeModel()
+    model.observe(4, 0.4)
+    assert model.seconds(8) == pytest.approx(0.8)
+    for _ in range(5):
+        model.observe(1, 0.15)
+        model.observe(8, 0.85)
+    assert model.seconds(1) == pytest.approx(0.15, abs=0.02)
+    assert model.seconds(8) == pytest.approx(0.85, abs=0.02)
+
+
+def test_the_fit_is_least_squares_over_the_recent_window() -> None:
+    rng = np.random.default_rng(0)
+    model = BatchTimeModel(history=50)
+    sizes = rng.integers(1, 17, size=80)
+    times = 0.004 * sizes + 0.002 + rng.normal(0, 0.0005, size=80)
+    for size, seconds in zip(sizes, times, strict=True):
+        model.observe(int(size), float(seconds))
+    a, b = np.polyfit(sizes[-50:].astype(float), times[-50:], 1)  # only the last 50 count
+    assert model.seconds(1) == pytest.approx(a + b, rel=1e-9)
+    assert model.seconds(16) == pytest.approx(16 * a + b, rel=1e-9)
+
+
+def test_expected_finish_counts_the_running_batch_and_full_batches_ahead() -> None:
+    model = BatchTimeModel()
+    model.observe(8, 0.8)  # 0.1 s per image
+    # 0.3 s left of a running batch of 8; 20 queued: two full batches, then ours with 4 + 1 images.
+    finish = expected_finish_s(
+        model, queued=20, images=1, max_batch_size=8, running_size=8, running_for_s=0.5
+    )
+    assert finish == pytest.approx(0.3 + 2 * 0.8 + 0.5)
+    idle = expected_finish_s(model, queued=0, images=3, max_batch_size=8, running_size=0, running_for_s=0)
+    assert idle == pytest.approx(0.3)
+
+
+def test_retry_after_is_when_the_excess_has_drained() -> None:
+    assert retry_after_s(14.2, 10.0) == 5
+    assert retry_after_s(3.0, 10.0) == 1
