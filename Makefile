@@ -35,6 +35,7 @@ lint: setup
 	$(VENV)/bin/ruff check contract training exporters service tests scripts
 	$(VENV)/bin/ruff format --check contract training exporters service tests scripts
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 serve: setup-serve
 	$(SERVE_VENV)/bin/detect-serve --model-repository $(MODEL_REPOSITORY) --host $(HOST) --port $(PORT)

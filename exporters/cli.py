@@ -105,7 +105,7 @@ def _add_onnx_parser(sub: Any) -> None:
 
 
 def _run_onnx(args: argparse.Namespace) -> int:
-    from exporters.onnx.export import OnnxExportRequest, export_onnx
+    from exporters.checkpoint_export import OnnxExportRequest, export_onnx
 
     request = _request(OnnxExportRequest, args, max_batch_size=args.max_batch, verify=not args.no_verify)
     manifest = export_onnx(request)
@@ -224,7 +224,8 @@ def _add_trt_parser(sub: Any) -> None:
 
 
 def _run_trt(args: argparse.Namespace) -> int:
-    from exporters.tensorrt.build import TensorRTExportRequest, export_tensorrt
+    from exporters.tensorrt.build import export_tensorrt
+    from exporters.tensorrt.config import TensorRTExportRequest
 
     manifest = export_tensorrt(_request(TensorRTExportRequest, args, verify=not args.no_verify))
     print(f"wrote {args.output}/{manifest.file} and manifest.json (format {manifest.format}, fp16)")

@@ -83,7 +83,7 @@ def main(args: argparse.Namespace) -> None:
                 return lambda: ssd_train_loader(
                     LoaderRequest("torch", root, args.split, args.batch_size, args.workers, args.seed)
                 )
-            from training.data.dali_ssd import DaliSSDLoader
+            from training.detectors.ssd300.dali import DaliSSDLoader
 
             device_id = 0 if kind == "dali-gpu" else None
             return lambda: DaliSSDLoader(

@@ -39,8 +39,16 @@ from pathlib import Path
 from typing import Any
 
 from hostile.cases import CASES
-from hostile.common import HOST, NORMAL_TIMEOUT_S, READY_TIMEOUT_S, CaseReport, Reply, make_payloads
-from hostile.report import fmt_s, print_table, run_case, table_row
+from hostile.common import (
+    HOST,
+    NORMAL_TIMEOUT_S,
+    READY_TIMEOUT_S,
+    CaseReport,
+    Reply,
+    fmt_s,
+    make_payloads,
+)
+from hostile.report import print_table, run_case, table_row
 from hostile.server import Ctx, Server
 from hostile.transport import http_call
 

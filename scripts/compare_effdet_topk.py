@@ -27,11 +27,11 @@ from exporters.evaluation.coco_ap import evaluate_split
 from exporters.evaluation.compare import Detections, match_detections, summarize_matches
 from exporters.evaluation.verify import manifest_to_original, onnx_detector
 from exporters.onnx.ort_cpu import cpu_session
-from exporters.onnx.wrappers import get_wrapper
-from training.checkpoint import load_checkpoint
+from exporters.onnx.wrappers import wrapper_for
 from training.detectors.efficientdet.effdet_compat import batch_detection, post_process_topk
 from training.detectors.efficientdet.export import EfficientDetWrapper
 from training.train import default_split
+from training.weights import load_checkpoint
 
 EFFDET_TOPK = 5000
 
@@ -71,7 +71,7 @@ def main() -> None:
     args = parser.parse_args()
 
     manifest, model_path = read_artifact(args.artifact)
-    wrapper = get_wrapper(manifest.architecture)(load_checkpoint(args.checkpoint))
+    wrapper = wrapper_for(load_checkpoint(args.checkpoint), manifest.architecture)
     if not isinstance(wrapper, EfficientDetWrapper):
         raise SystemExit(f"{args.artifact} is a {manifest.architecture} artifact, not efficientdet-d0")
     split = args.split or default_split(args.data, "val")

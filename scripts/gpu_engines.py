@@ -29,7 +29,8 @@ import numpy as np
 
 from contract.manifest import Manifest
 from exporters.evaluation.served_eval import served_metrics
-from exporters.tensorrt.build import TensorRTExportRequest, export_tensorrt
+from exporters.tensorrt.build import export_tensorrt
+from exporters.tensorrt.config import TensorRTExportRequest
 from exporters.tensorrt.engine import gpu_unavailable_reason
 
 BATCHES = (1, 8, 64)
@@ -70,11 +71,11 @@ def shipped(models: Path, parents: Path | None = None) -> list[Group]:
     return list(groups.values())
 
 
-def throughput(plan: Path, manifest: Manifest, batch: int, iterations: int) -> float:
-    """Images per second of the engine as the service runs it (its TensorRT backend)."""
-    from service.runtime.backends.tensorrt_backend import TensorRTBackend
+def throughput(version_dir: Path, manifest: Manifest, batch: int, iterations: int) -> float:
+    """Images per second of the engine in ``version_dir`` as the service runs it (its TensorRT backend)."""
+    from service.served import load_backend
 
-    backend = TensorRTBackend(manifest, plan)
+    backend = load_backend(version_dir, "tensorrt", manifest=manifest)
     images = np.random.default_rng(0).integers(
         0, 256, size=(batch, manifest.input.height, manifest.input.width, 3), dtype=np.uint8
     )
@@ -125,7 +126,7 @@ def main() -> int:
             )
             manifest = export_tensorrt(request)
             engine_ap = served_metrics(output, args.data, backend="tensorrt")["bbox"]["AP"]
-            speeds = [throughput(output / manifest.file, manifest, b, args.iterations) for b in BATCHES]
+            speeds = [throughput(output, manifest, b, args.iterations) for b in BATCHES]
             rows.append((name, precision, onnx_ap, engine_ap, speeds))
     print(
         "| model | engine | AP fp32 ONNX | AP engine | delta | "

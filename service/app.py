@@ -15,12 +15,14 @@ from importlib.metadata import PackageNotFoundError, version
 
 from fastapi import FastAPI
 
-from service.errors import install_error_handlers
 from service.http.auth import ApiKeyMiddleware, load_api_keys
+from service.http.error_responses import install_error_handlers
 from service.http.lifecycle import Lifecycle
 from service.http.middleware import DetectRequestMiddleware
+from service.http.openapi import install_openapi
 from service.http.routes import detect, health, metrics, models
 from service.http.web import install_web
+from service.pipeline.entry import DetectionPipeline
 from service.runtime.admission import Resources
 from service.runtime.backends import BackendFactory, create_backend
 from service.runtime.metrics import ServiceMetrics, serve_metrics
@@ -58,6 +60,9 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         executor = ThreadPoolExecutor(settings.worker_threads, thread_name_prefix="detect-worker")
         app.state.resources = Resources.from_settings(settings, executor)
+        app.state.pipeline = DetectionPipeline(
+            app.state.resources, settings.request_timeout_ms / 1000, in_flight=lifecycle
+        )
         metrics_server = (
             serve_metrics(service_metrics, settings.host, settings.metrics_port)
             if settings.metrics_port is not None
@@ -101,6 +106,7 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     )
     for module in routers:
         app.include_router(module.router)
+    install_openapi(app, api_keys=bool(api_keys))
     install_web(app, docs=docs)
     app.include_router(v2_models.router)
     if settings.repository_api:

@@ -1,22 +1,11 @@
-"""Domain errors and the one place that maps them to HTTP responses.
+"""Domain errors: what went wrong with a request, and the HTTP status each kind answers with.
 
-Every error response body is ``{"error": "<what was wrong>", "field": "<which input>" | null}``.
-Overload answers (429, 503) carry ``Retry-After``; a request that could not start before its deadline
-gets 504; a failing inference gets 500 for the requests of that batch only.
+Every layer raises these; `service.http.error_responses` alone turns them into responses. Overload
+answers (429, 503) carry ``retry_after_s``; a request that could not start before its deadline gets 504;
+a failing inference gets 500 for the requests of that batch only.
 """
 
 from __future__ import annotations
-
-import logging
-import math
-from typing import Any
-
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
-
-logger = logging.getLogger(__name__)
 
 
 class ServiceError(Exception):
@@ -93,56 +82,7 @@ class BackendError(ServiceError):
     status_code = 500
 
 
-def error_response(exc: ServiceError) -> JSONResponse:
-    """The HTTP response for a domain error (also used by middleware, outside the exception handlers)."""
-    headers: dict[str, str] = {}
-    if isinstance(exc, Unauthorized):
-        headers["WWW-Authenticate"] = 'Bearer realm="detect"'
-    if isinstance(exc, RequestTimeout):
-        headers["Connection"] = "close"  # the rest of the body may still be on its way
-    if exc.retry_after_s is not None:
-        # Retry-After takes whole seconds; round up so clients never retry too early.
-        headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))
-    return JSONResponse(
-        {"error": exc.message, "field": exc.field}, status_code=exc.status_code, headers=headers
-    )
+class ClientClosedRequest(ServiceError):
+    """The client went away before the response was ready (nginx's 499; nobody receives it)."""
 
-
-async def _service_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, ServiceError)
-    if exc.status_code >= 500:
-        logger.warning("%s %s -> %d: %s", request.method, request.url.path, exc.status_code, exc.message)
-    return error_response(exc)
-
-
-async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, RequestValidationError)
-    errors: list[dict[str, Any]] = list(exc.errors())
-    first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
-    # loc is e.g. ("query", "score_threshold"); the first element only says where the value came from.
-    loc = [str(part) for part in first.get("loc", ())]
-    field = ".".join(loc[1:]) if len(loc) > 1 else (loc[0] if loc else None)
-    message = f"{field}: {first.get('msg', 'invalid value')}" if field else str(first.get("msg"))
-    if "input" in first and not isinstance(first["input"], dict):
-        message += f" (got {first['input']!r})"
-    return JSONResponse({"error": message, "field": field}, status_code=422)
-
-
-async def _http_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, StarletteHTTPException)
-    return JSONResponse(
-        {"error": str(exc.detail), "field": None}, status_code=exc.status_code, headers=exc.headers
-    )
-
-
-async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
-    logger.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    return JSONResponse({"error": f"internal error: {type(exc).__name__}", "field": None}, status_code=500)
-
-
-def install_error_handlers(app: FastAPI) -> None:
-    """Route every error the app can raise through the single JSON error shape."""
-    app.add_exception_handler(ServiceError, _service_error)
-    app.add_exception_handler(RequestValidationError, _validation_error)
-    app.add_exception_handler(StarletteHTTPException, _http_error)
-    app.add_exception_handler(Exception, _unexpected_error)
+    status_code = 499

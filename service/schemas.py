@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -28,11 +28,14 @@ class DetectQuery(BaseModel):
         "its score_threshold (both in /v1/models); pass e.g. 0.05 to keep what COCO evaluation keeps",
     )
     max_detections: int | None = Field(default=None, gt=0, description="at most this many per image")
-    classes: str | None = Field(
+    # The pattern is documentation only: the route refuses a filter naming no class with a message saying
+    # what to send (400), rather than pydantic's 422.
+    classes: Annotated[str, Field(json_schema_extra={"pattern": r"[^\s,]"})] | None = Field(
         default=None,
         description="comma-separated classes to keep: names (case-insensitive) or integers. An integer is a "
         "category id (a label's coco_id, as in `category_id`) when the model declares category ids for "
-        "all its labels, else an index into its labels (`class_id`)",
+        "all its labels, else an index into its labels (`class_id`). At least one class: a filter naming "
+        "none (empty, or only commas) is refused with 400 (leave the parameter out to keep every class)",
     )
     format: Literal["json", "jpeg", "png"] | None = Field(
         default=None,

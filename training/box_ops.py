@@ -7,6 +7,8 @@ conversions between corner forms come from ``torchvision.ops``; what it lacks is
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import Tensor
 from torchvision.ops import box_convert, box_iou
@@ -25,22 +27,22 @@ __all__ = [
 
 def xywh_to_xyxy(boxes: Tensor) -> Tensor:
     """Centre form (cx, cy, w, h) -> corners (x1, y1, x2, y2)."""
-    return box_convert(boxes, "cxcywh", "xyxy")
+    return cast("Tensor", box_convert(boxes, "cxcywh", "xyxy"))
 
 
 def xyxy_to_xywh(boxes: Tensor) -> Tensor:
     """Corners (x1, y1, x2, y2) -> centre form (cx, cy, w, h)."""
-    return box_convert(boxes, "xyxy", "cxcywh")
+    return cast("Tensor", box_convert(boxes, "xyxy", "cxcywh"))
 
 
 def ltwh_to_xyxy(boxes: Tensor) -> Tensor:
     """COCO (x, y, w, h) -> corners."""
-    return box_convert(boxes, "xywh", "xyxy")
+    return cast("Tensor", box_convert(boxes, "xywh", "xyxy"))
 
 
 def xyxy_to_ltwh(boxes: Tensor) -> Tensor:
     """Corners -> COCO (x, y, w, h)."""
-    return box_convert(boxes, "xyxy", "xywh")
+    return cast("Tensor", box_convert(boxes, "xyxy", "xywh"))
 
 
 def encode_boxes(

@@ -1,4 +1,4 @@
-"""Checkpoints that describe themselves, and loading of other projects' published weight files.
+"""The checkpoint record: what a checkpoint file holds, and writing one.
 
 A checkpoint written here is a dict::
 
@@ -8,11 +8,9 @@ A checkpoint written here is a dict::
      "model": state_dict, "optimizer": ..., "scheduler": ..., "scaler": ..., "metrics": {...},
      "model_ema": state_dict or None}   # exponential moving average of the weights, when trained with one
 
-Other projects' published weight files load through the readers their architecture registers
-(``training.detectors.registry.weight_readers``): NVIDIA's SSD300 v1.1 files as ``ssd300``
-(``training.detectors.ssd300.weights``), torchvision's Mask R-CNN files as ``maskrcnn_resnet50_fpn[_v2]``
-(``training.detectors.maskrcnn.weights``), effdet's and NVIDIA's EfficientDet-D0 files as ``efficientdet-d0``
-(``training.detectors.efficientdet.checkpoints``).
+This module is the bottom of training's checkpoint handling: the architectures' weight readers and export
+wrappers build on the record, and `training.weights` builds on them (reading any weights file, this
+format or another project's, and building the model a checkpoint describes).
 """
 
 from __future__ import annotations
@@ -25,9 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
-
-from training.detectors.registry import build_model, weight_readers
 
 FORMAT = "detect-checkpoint/1"
 
@@ -75,11 +70,23 @@ class Checkpoint:
         """The weights to evaluate, export and serve: the EMA copy when there is one."""
         return self.model_ema if self.model_ema is not None else self.model
 
-    def build(self) -> nn.Module:
-        """The model with :attr:`inference_weights` loaded strictly (no missing or unexpected keys)."""
-        model = build_model(self.model_name, **self.model_args)
-        model.load_state_dict(self.inference_weights, strict=True)
-        return model
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Checkpoint:
+        """The record of a dict in this format (``raw["format"] == FORMAT``), as :meth:`to_dict` writes it."""
+        return cls(
+            model_name=raw["model_name"],
+            model_args=dict(raw["model_args"]),
+            categories=list(raw["categories"]),
+            model=raw["model"],
+            config=raw.get("config") or {},
+            epoch=int(raw.get("epoch", 0)),
+            iteration=int(raw.get("iteration", 0)),
+            optimizer=raw.get("optimizer"),
+            scheduler=raw.get("scheduler"),
+            scaler=raw.get("scaler"),
+            metrics=raw.get("metrics") or {},
+            model_ema=raw.get("model_ema"),
+        )
 
 
 def save_checkpoint(ckpt: Checkpoint, path: str | Path) -> Path:
@@ -103,38 +110,3 @@ def sha256_file(path: str | Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def load_checkpoint(path: str | Path) -> Checkpoint:
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint not found: {path}")
-    try:
-        raw = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as exc:  # torch raises many types for a corrupt file
-        raise CheckpointError(f"cannot read checkpoint {path}: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise CheckpointError(f"{path} holds a {type(raw).__name__}, not a checkpoint dict")
-    if raw.get("format") == FORMAT:
-        return Checkpoint(
-            model_name=raw["model_name"],
-            model_args=dict(raw["model_args"]),
-            categories=list(raw["categories"]),
-            model=raw["model"],
-            config=raw.get("config") or {},
-            epoch=int(raw.get("epoch", 0)),
-            iteration=int(raw.get("iteration", 0)),
-            optimizer=raw.get("optimizer"),
-            scheduler=raw.get("scheduler"),
-            scaler=raw.get("scaler"),
-            metrics=raw.get("metrics") or {},
-            model_ema=raw.get("model_ema"),
-        )
-    for reader in weight_readers():
-        ckpt = reader(raw, path)
-        if ckpt is not None:
-            return ckpt
-    raise CheckpointError(
-        f"{path} is neither a {FORMAT} checkpoint nor NVIDIA's SSD300 layout nor an EfficientDet-D0 "
-        f"or torchvision Mask R-CNN state dict (top-level keys: {sorted(raw)[:8]})"
-    )

@@ -65,7 +65,7 @@ class Trainer:
         if not math.isfinite(loss.item()):
             raise FloatingPointError(f"loss is {loss.item()} at iteration {iteration}; stopping")
         self.optimizer.zero_grad(set_to_none=True)
-        self.scaler.scale(loss).backward()
+        self.scaler.scale(loss).backward()  # type: ignore[no-untyped-call]  # GradScaler.scale is untyped
         if self.clip_grad_norm is not None:
             self.scaler.unscale_(self.optimizer)
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_grad_norm)

@@ -10,12 +10,12 @@ from typing import Any
 import torch
 from pycocotools.coco import COCO
 
-from training.checkpoint import load_checkpoint
 from training.coco_eval import METRIC_NAMES
 from training.data.coco import resolve_split
 from training.detectors.registry import get_task
 from training.engine import evaluate
 from training.train import default_split
+from training.weights import build_checkpoint_model, load_checkpoint
 
 
 def run_eval(
@@ -33,7 +33,7 @@ def run_eval(
         "cuda" if device == "cuda" or (device == "auto" and torch.cuda.is_available()) else "cpu"
     )
     task = get_task(ckpt.model_name)(ckpt.model_args)
-    model = ckpt.build().to(dev).eval()
+    model = build_checkpoint_model(ckpt).to(dev).eval()
     split = split or default_split(data, "val")
     _, ann = resolve_split(data, split)
     with contextlib.redirect_stdout(io.StringIO()):

@@ -9,7 +9,7 @@ and encoded as COCO compressed RLE with pycocotools.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from pycocotools import mask as mask_utils
@@ -29,7 +29,7 @@ def paste_masks(masks: Tensor, boxes: Tensor, height: int, width: int) -> Tensor
     if boxes.shape != (masks.shape[0], 4):
         raise ValueError(f"boxes must be [{masks.shape[0]}, 4], got {tuple(boxes.shape)}")
     pasted = paste_masks_in_image(masks.float()[:, None], boxes.float(), (height, width), padding=1)
-    return pasted[:, 0] > MASK_THRESHOLD
+    return cast("Tensor", pasted[:, 0] > MASK_THRESHOLD)
 
 
 def masks_to_rles(masks: Tensor, boxes: Tensor, height: int, width: int) -> list[dict[str, Any]]:

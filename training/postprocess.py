@@ -82,7 +82,7 @@ class _NonMaxSuppression(torch.autograd.Function):
         # While exporting, this eager body only feeds example values to the trace (the graph gets the
         # symbolic), so the tracer's warnings about its data-dependent Python control flow do not apply.
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)  # type: ignore[attr-defined]  # re-exported by torch.jit without __all__
             for group in range(int(scores.shape[0])):
                 for cls in range(int(scores.shape[1])):
                     group_scores = scores[group, cls]

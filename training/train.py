@@ -16,7 +16,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from training import distributed
-from training.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from training.checkpoint import Checkpoint, save_checkpoint
 from training.config import TrainConfig
 from training.data.coco import resolve_split
 from training.data.loader import LoaderRequest, TrainLoader
@@ -26,6 +26,7 @@ from training.ema import ModelEma
 from training.engine import Trainer, evaluate, train_one_epoch
 from training.optim import build_scheduler, build_sgd
 from training.run_log import RunLog
+from training.weights import load_checkpoint
 
 
 def default_split(root: str, kind: str) -> str:

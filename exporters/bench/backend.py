@@ -35,6 +35,7 @@ import numpy as np
 
 from contract.manifest import Manifest
 from exporters.artifact import read_artifact
+from exporters.bench.inputs import bench_images
 from exporters.errors import ExportError
 
 COLUMNS = ("runtime", "batch", "img/s", "avg ms", "p90 ms", "p95 ms", "p99 ms")
@@ -105,13 +106,6 @@ def format_table(rows: list[BenchRow]) -> str:
     return "\n".join(lines)
 
 
-def bench_images(manifest: Manifest, count: int, seed: int = 0) -> np.ndarray:
-    """``count`` distinct uint8 images at the input size (synthetic scenes, noise, gradients)."""
-    from exporters.evaluation.verify import generated_batches, manifest_resize
-
-    return generated_batches(manifest_resize(manifest), sizes=(count,), seed=seed)[0]
-
-
 def _onnx_path(artifact: Path, manifest: Manifest, model_path: Path) -> Path | None:
     if manifest.format == "onnx":
         return model_path
@@ -150,9 +144,9 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
 
         reason = gpu_unavailable_reason()
         if reason is None:
-            from service.runtime.backends.tensorrt_backend import TensorRTBackend
+            from service.served import load_backend
 
-            runners["tensorrt (fp16)"] = TensorRTBackend(manifest, model_path).infer
+            runners["tensorrt (fp16)"] = load_backend(artifact, "tensorrt", manifest=manifest).infer
         else:
             notes.append(f"TensorRT skipped: {reason}")
     gflops = None
@@ -196,13 +190,13 @@ def _eager_runner(checkpoint: str, manifest: Manifest, threads: int) -> Callable
     import torch
 
     from exporters.evaluation.verify import check_same_model, settings_from_manifest
-    from exporters.onnx.wrappers import get_wrapper
-    from training.checkpoint import load_checkpoint
+    from exporters.onnx.wrappers import wrapper_for
+    from training.weights import load_checkpoint
 
     if threads:
         torch.set_num_threads(threads)
     ckpt = load_checkpoint(checkpoint)
-    wrapper = get_wrapper(ckpt.model_name)(ckpt)
+    wrapper = wrapper_for(ckpt)
     check_same_model(manifest, wrapper)
     settings = settings_from_manifest(manifest, wrapper)
     return lambda batch: wrapper.eager_detections(wrapper.raw_outputs(batch), settings)
@@ -359,7 +353,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_comparison(args: argparse.Namespace) -> int:
     from exporters.bench.runtimes import compare_runtimes, format_comparison
-    from service.runtime.backends import BackendLoadError
+    from service.served import BackendLoadError
 
     if args.rounds < 1:
         print("detect-bench backend: error: --rounds must be >= 1", file=sys.stderr)

@@ -11,6 +11,8 @@ NVIDIA's SSD300-ResNet-50 it gives 40.3 GFLOP, the figure in reference/measured-
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
@@ -22,15 +24,15 @@ def count_gflops(network: nn.Module, input_shape: tuple[int, int, int]) -> float
     example = torch.zeros((1, *input_shape))
     with FlopCounterMode(display=False) as counter, torch.no_grad():
         network(example)
-    return counter.get_total_flops() / 1e9
+    return cast("float", counter.get_total_flops() / 1e9)
 
 
 def checkpoint_gflops(checkpoint: str) -> float:
     """GFLOP per image of a checkpoint's network at its export input size."""
-    from exporters.onnx.wrappers import get_wrapper
-    from training.checkpoint import load_checkpoint
+    from exporters.onnx.wrappers import wrapper_for
+    from training.weights import load_checkpoint
 
     ckpt = load_checkpoint(checkpoint)
-    wrapper = get_wrapper(ckpt.model_name)(ckpt)
+    wrapper = wrapper_for(ckpt)
     height, width = wrapper.input_size
     return count_gflops(wrapper.network, (3, height, width))

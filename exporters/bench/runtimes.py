@@ -3,9 +3,8 @@
     detect-bench backend --models models/ssd300-synth --data /data/synth --batch-sizes 1,8 --rounds 5
 
 Every artifact (version folder) of each model folder runs on every CPU runtime that can run it, loaded
-through the service's own backend factory (`service.runtime.backends.load_artifact`), so what is measured is
-what
-is served:
+through the service's own backend factory (`service.served.load_backend`), so what is measured is what is
+served:
 
 ==================  ==============================================================
 artifact            variants
@@ -18,7 +17,8 @@ bf16 (ONNX or IR)   OpenVINO bf16
 
 "OpenVINO int8" runs the layers an INT8 artifact leaves unquantized as its manifest says (f32 unless
 ``unquantized_precision`` is bf16); the row after it runs them in the other precision ("openvino int8, bf16
-rest"), to show what that choice is worth.
+rest"), to show what that choice is worth. On a CPU without bf16 units the bf16 variants cannot run: they
+are left out and listed as skipped, with the reason.
 
 Timing is interleaved: each round times every variant at every batch size in turn, so a load spike on a
 shared machine hits all of them alike; img/s is batch size / median latency over all rounds. Speed-ups
@@ -35,6 +35,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -42,9 +43,9 @@ import numpy as np
 
 from contract.geometry import resize_for_network
 from contract.manifest import MANIFEST_FILE, Manifest
+from exporters.bench.inputs import bench_images
 from exporters.evaluation.compare import Detections
-from service.runtime.backends import Backend, load_artifact
-from service.settings import Settings
+from service.served import Backend, cpu_has_bf16, load_backend
 
 # (DETECT_BACKEND, DETECT_OPENVINO_PRECISION, label) per artifact (format, precision).
 _RUNS: dict[tuple[str, str], list[tuple[str, str, str]]] = {
@@ -93,8 +94,12 @@ def artifact_dirs(paths: list[str]) -> list[Path]:
     return found
 
 
-def plan_variants(artifacts: list[Path]) -> list[Variant]:
-    variants = []
+NO_BF16 = "this CPU has no bf16 units"
+
+
+def plan_variants(artifacts: list[Path], bf16: bool = True) -> tuple[list[Variant], list[str]]:
+    """The variants to run, and the labels of those left out (with the reason) because ``bf16`` is False."""
+    variants, skipped = [], []
     for artifact in artifacts:
         m = Manifest.read(artifact)
         runs = list(_RUNS.get((m.format, m.precision), []))
@@ -102,26 +107,33 @@ def plan_variants(artifacts: list[Path]) -> list[Variant]:
             other = "f32" if m.unquantized_precision == "bf16" else "bf16"
             runs.append(("openvino", other, f"openvino int8, {other} rest"))
         for backend, precision, label in runs:
-            variants.append(Variant(f"{label} ({m.name}/{m.version})", str(artifact), backend, precision))
-    return variants
+            full_label = f"{label} ({m.name}/{m.version})"
+            if not bf16 and "bf16" in label:
+                skipped.append(f"{full_label}: {NO_BF16}")
+                continue
+            variants.append(Variant(full_label, str(artifact), backend, precision))
+    return variants, skipped
 
 
 def load_variants(variants: list[Variant], threads: int, cache_dir: Path) -> list[Backend]:
     """Load every variant; OpenVINO ones into an empty cache first, then again from it (timed)."""
     backends = []
     for i, v in enumerate(variants):
-        settings = Settings(
-            intra_op_threads=threads,
-            openvino_precision=v.openvino_precision,  # type: ignore[arg-type]
+        load = partial(
+            load_backend,
+            v.artifact,
+            v.backend,
+            threads=threads,
+            openvino_precision=v.openvino_precision,
             openvino_cache_dir=cache_dir / str(i),
         )
         started = time.perf_counter()
-        backend = load_artifact(v.artifact, v.backend, settings)
+        backend = load()
         v.load_s = time.perf_counter() - started
         if v.backend == "openvino":
             backend.close()
             started = time.perf_counter()
-            backend = load_artifact(v.artifact, v.backend, settings)
+            backend = load()
             v.cached_load_s = time.perf_counter() - started
         v.description, v.inference_precision = backend.description, backend.inference_precision
         backends.append(backend)
@@ -205,7 +217,7 @@ def _service_resize(manifest: Manifest) -> Callable[[np.ndarray], np.ndarray]:
 
 
 def compare_runtimes(args: argparse.Namespace, batch_sizes: list[int]) -> dict[str, Any]:
-    variants = plan_variants(artifact_dirs(args.models))
+    variants, skipped = plan_variants(artifact_dirs(args.models), bf16=cpu_has_bf16())
     if not variants:
         raise ValueError(f"no artifact under {args.models} runs on a CPU runtime")
     too_big = [b for b in batch_sizes for v in variants if b > Manifest.read(v.artifact).max_batch_size]
@@ -214,8 +226,6 @@ def compare_runtimes(args: argparse.Namespace, batch_sizes: list[int]) -> dict[s
     with tempfile.TemporaryDirectory(prefix="detect-ov-cache-") as cache:
         backends = load_variants(variants, args.threads, Path(cache))
         try:
-            from exporters.bench.backend import bench_images
-
             images = [bench_images(backend.manifest, max(batch_sizes)) for backend in backends]
             time_interleaved(variants, backends, images, batch_sizes, args.rounds, args.iterations)
             if args.data:
@@ -223,7 +233,12 @@ def compare_runtimes(args: argparse.Namespace, batch_sizes: list[int]) -> dict[s
         finally:
             for backend in backends:
                 backend.close()
-    return {"batch_sizes": batch_sizes, "rounds": args.rounds, "variants": [asdict(v) for v in variants]}
+    return {
+        "batch_sizes": batch_sizes,
+        "rounds": args.rounds,
+        "variants": [asdict(v) for v in variants],
+        "skipped": skipped,
+    }
 
 
 def format_comparison(report: dict[str, Any]) -> str:
@@ -245,4 +260,5 @@ def format_comparison(report: dict[str, Any]) -> str:
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(head))]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    lines += [f"skipped: {label}" for label in report.get("skipped", [])]
     return "\n".join(lines)

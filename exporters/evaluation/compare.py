@@ -18,7 +18,7 @@ must be equal (the same infinity). Arithmetic on such boxes runs in float64 with
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -132,7 +132,7 @@ def box_errors(boxes: np.ndarray, box: np.ndarray) -> np.ndarray:
     with np.errstate(all="ignore"):
         scale = np.maximum(1.0, np.maximum(np.abs(a), np.abs(b)))
         err = np.where(both_finite, np.abs(a - b) / scale, np.where(same, 0.0, np.inf))
-    return err.max(axis=1, initial=0.0)
+    return cast("np.ndarray", err.max(axis=1, initial=0.0))
 
 
 def match_detections(

@@ -1,10 +1,10 @@
 """COCO AP of an artifact as the service serves it: the service's decoding, resize and backend factory.
 
-The images are the split's files decoded by `service.imaging.decoding` (as an upload would be), resized by
-`contract.geometry.resize_for_network` (the manifest's input spec) and run by the backend
-`service.runtime.backends.create_backend` picks for ``DETECT_BACKEND`` (default ``auto``); boxes go back to
-original pixels with the same `BoxTransform` the service uses. So the figure gated and recorded is the
-figure ``/detect`` gives, not one of a look-alike path.
+The images are the split's files decoded by `service.served.decode_image` (as an upload would be), resized
+by `contract.geometry.resize_for_network` (the manifest's input spec) and run by the backend
+`service.served.load_backend` loads for ``DETECT_BACKEND`` (default ``auto``); boxes go back to original
+pixels with the same `BoxTransform` the service uses. So the figure gated and recorded is the figure
+``/detect`` gives, not one of a look-alike path.
 """
 
 from __future__ import annotations
@@ -19,15 +19,12 @@ from contract.geometry import BoxTransform, resize_for_network
 from contract.manifest import Manifest
 from exporters.evaluation.coco_ap import Batch, EvalImage, evaluate
 from exporters.evaluation.compare import Detections
-from service.imaging.decoding import decode_image
-from service.runtime.backends import create_backend
-from service.runtime.repository import ModelEntry
-from service.settings import Settings
+from service.served import decode_image, load_backend
 from training.checkpoint import sha256_file as file_sha256
 
 
 class Runner(Protocol):
-    """What the evaluation needs of a runtime: `service.runtime.backends.Backend`'s ``infer`` contract."""
+    """What the evaluation needs of a runtime: `service.served.Backend`'s ``infer`` contract."""
 
     @property
     def description(self) -> str: ...
@@ -130,8 +127,7 @@ def served_metrics(
         int(label.coco_id if label.coco_id is not None else i) for i, label in enumerate(manifest.labels)
     ]
     if runtime is None:
-        settings = Settings(backend=backend, intra_op_threads=threads)  # type: ignore[arg-type]
-        runtime = create_backend(ModelEntry(manifest.name, manifest.version, version_dir, manifest), settings)
+        runtime = load_backend(version_dir, backend, manifest=manifest, threads=threads)
     served: Runner = runtime
     batches = _evaluated(served_batches(manifest, Path(images_dir), files, batch_size))
     try:

@@ -40,8 +40,9 @@ from exporters.evaluation.served_eval import served_display_threshold
 from exporters.onnx.graph import load_checked, with_outputs
 from exporters.onnx.ort_cpu import cpu_session, run_contract
 from exporters.onnx.postprocess_graph import PostprocessSettings
-from exporters.onnx.wrappers import ExportWrapper, get_wrapper
-from training.checkpoint import load_checkpoint, sha256_file
+from exporters.onnx.wrappers import ExportWrapper, wrapper_for
+from training.checkpoint import sha256_file
+from training.weights import load_checkpoint
 
 
 @dataclass(frozen=True)
@@ -273,7 +274,7 @@ def verify_artifact(
         )
     model = load_checked(model_path)
     ckpt = load_checkpoint(checkpoint)
-    wrapper = get_wrapper(ckpt.model_name)(ckpt)
+    wrapper = wrapper_for(ckpt)
     check_same_model(manifest, wrapper)
     settings = settings_from_manifest(manifest, wrapper)
     report = verify_model(model, wrapper, settings, raw_names_from_manifest(manifest), tolerances=tol)
@@ -343,7 +344,7 @@ def artifact_display_threshold(
     artifact_dir = Path(artifact_dir)
     manifest, _ = read_artifact(artifact_dir)
     measured = served_metrics(artifact_dir, data, split, max_images=max_images, batch_size=batch_size)
-    display = measured["display_threshold"]
+    display: dict[str, Any] | None = measured["display_threshold"]
     if display is None:
         raise ExportError(
             f"the model detected nothing on {data} ({measured['split']}): no threshold to choose"

@@ -46,7 +46,7 @@ from contract.manifest import MANIFEST_FILE, Accuracy, Manifest, Parent
 from exporters.artifact import read_artifact, staged_directory, tool_versions, utc_now
 from exporters.errors import ExportError, InvalidModelError, VerificationError
 from exporters.evaluation.coco_ap import APComparison
-from exporters.evaluation.served_eval import file_sha256, served_batches, served_metrics, split_image_ids
+from exporters.evaluation.served_eval import served_batches, served_metrics, split_image_ids
 from exporters.manifests import derived_manifest
 from exporters.onnx.graph import ensure_node_names, load_checked, restore_weights_fp32
 from exporters.precision.nncf_int8 import (
@@ -58,6 +58,7 @@ from exporters.precision.nncf_int8 import (
     store_kept_weights_fp16,
     to_signed_int8,
 )
+from training.checkpoint import sha256_file
 
 Precision = Literal["int8", "bf16"]
 DEFAULT_MAX_AP_DROP = 0.005
@@ -256,7 +257,7 @@ def _variant_manifest(
         tools=versions,
         precision=request.precision,
         unquantized_precision=request.unquantized_precision,
-        parent=Parent(name=parent.name, version=parent.version, file_sha256=file_sha256(parent_path)),
+        parent=Parent(name=parent.name, version=parent.version, file_sha256=sha256_file(parent_path)),
         verification={},
         metrics={},
         accuracy=None,

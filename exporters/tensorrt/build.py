@@ -1,9 +1,10 @@
 """``detect-export trt``: an ONNX artifact -> FP16 ONNX -> strongly typed TensorRT engine (``model.plan``).
 
-The command; what it knows of TensorRT lives beside it: ``tensorrt_ops`` (the ONNX operators its
-parser accepts, checked on the graph) and ``tensorrt_engine`` (build configuration, the build through
-the real ``tensorrt`` API, imported only when a GPU is present, and the engine check through the
-service's TensorRT backend). INT8 artifacts go to ``tensorrt_int8``.
+The command; what it knows of TensorRT lives beside it: ``exporters.tensorrt.config`` (the request and
+the build configuration), ``exporters.tensorrt.ops`` (the ONNX operators its parser accepts, checked on
+the graph) and ``exporters.tensorrt.engine`` (the build through the real ``tensorrt`` API, imported only
+when a GPU is present, and the engine check through the service's own backend loading). INT8 artifacts
+go to ``exporters.tensorrt.int8``.
 
 Steps, in order, everything that needs no GPU first:
 
@@ -20,8 +21,6 @@ Steps, in order, everything that needs no GPU first:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import onnx
@@ -31,53 +30,19 @@ from contract.manifest import Manifest
 from exporters.artifact import name_and_version, read_artifact, staged_directory
 from exporters.errors import GpuRequiredError, InvalidModelError, OutputExistsError, VerificationError
 from exporters.evaluation.verify import raw_names_from_manifest
-from exporters.manifests import carried_settings, derived_manifest
+from exporters.manifests import derived_manifest
 from exporters.onnx.graph import load_checked
 from exporters.precision.fp16 import convert_to_fp16, fp16_accuracy, fp16_scopes
-from exporters.tensorrt.engine import BuildConfig, build_engine, check_engine, gpu_unavailable_reason
+from exporters.tensorrt.config import (
+    FP16_FILE,
+    PLAN_FILE,
+    BuildConfig,
+    TensorRTExportRequest,
+    engine_export_settings,
+)
+from exporters.tensorrt.engine import build_engine, check_engine, gpu_unavailable_reason
+from exporters.tensorrt.int8 import export_int8_engine
 from exporters.tensorrt.ops import check_tensorrt_ops, describe_op_check
-
-PLAN_FILE = "model.plan"
-FP16_FILE = "model.fp16.onnx"
-
-
-@dataclass
-class TensorRTExportRequest:
-    artifact: Path
-    output: Path
-    min_batch: int = 1
-    opt_batch: int = 8
-    max_batch: int = 32
-    workspace_gb: float | None = None
-    timing_cache: Path | None = None
-    data: str | None = None
-    split: str | None = None
-    max_images: int | None = None
-    name: str | None = None
-    version: str | None = None
-    force: bool = False
-    # False: FP16 accuracy is still measured and recorded, but out of tolerance does not stop the build.
-    verify: bool = True
-
-
-def engine_export_settings(
-    request: TensorRTExportRequest,
-    source: Manifest,
-    config: BuildConfig,
-    build: dict[str, Any],
-    carry: tuple[str, ...],
-    **extra: Any,
-) -> dict[str, Any]:
-    """The export settings of a ``trt`` artifact: its source, ``extra``, the build (configuration,
-    profile shapes and ``build``), and the source's settings named in ``carry``."""
-    return {
-        "command": "detect-export trt",
-        "source_artifact": str(request.artifact),
-        "source_manifest": {"name": source.name, "version": source.version},
-        **extra,
-        "tensorrt_build": {**config.describe(), **build},
-        **carried_settings(source, carry),
-    }
 
 
 def _fp16_graph(fp32: ModelProto, manifest: Manifest) -> tuple[ModelProto, dict[str, Any]]:
@@ -107,8 +72,6 @@ def export_tensorrt(request: TensorRTExportRequest) -> Manifest:
         )
     manifest, model_path = read_artifact(request.artifact)
     if manifest.format == "onnx" and manifest.precision == "int8":
-        from exporters.tensorrt.int8 import export_int8_engine
-
         return export_int8_engine(request, manifest, model_path)
     if manifest.format != "onnx" or manifest.precision != "fp32":
         raise InvalidModelError(
@@ -158,7 +121,7 @@ def export_tensorrt(request: TensorRTExportRequest) -> Manifest:
             verification=verification,
         )
         if reason is None:  # checked as the service will load it: with this manifest
-            engine = check_engine(staging / PLAN_FILE, fp16, written)
+            engine = check_engine(staging, fp16, written)
             written = written.model_copy(update={"verification": {**verification, "engine": engine}})
         written.write(staging)
     if reason is not None:

@@ -1,10 +1,9 @@
 """Building a TensorRT engine, and checking the built engine with the backend that serves it.
 
-`BuildConfig` is the build configuration (one optimization profile over the dynamic batch, workspace,
-timing cache), validated against the ONNX graph with no GPU. `build_engine` builds a strongly typed
-engine through the real ``tensorrt`` Python API (imported only when called). `check_engine` runs the
-engine through the service's TensorRT backend (``service.runtime.backends.tensorrt_backend``, the code that
-serves it) and compares it with the same graph in ONNX Runtime.
+`build_engine` builds a strongly typed engine through the real ``tensorrt`` Python API (imported only
+when called), as `exporters.tensorrt.config.BuildConfig` says. `check_engine` loads the engine as the
+service loads it (`service.served.load_backend`, backend ``tensorrt``: the code that serves it) and
+compares it with the same graph in ONNX Runtime.
 """
 
 from __future__ import annotations
@@ -13,9 +12,8 @@ import os
 import shutil
 import subprocess
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from onnx import ModelProto
 
@@ -23,74 +21,7 @@ from contract.manifest import Manifest
 from exporters.errors import ExportError
 from exporters.evaluation.verify import generated_batches, manifest_resize
 from exporters.onnx.ort_cpu import cpu_session, run_contract
-
-if TYPE_CHECKING:
-    from exporters.tensorrt.build import TensorRTExportRequest
-
-
-@dataclass(frozen=True)
-class BuildConfig:
-    """Engine build settings: one optimization profile over the batch dimension of ``input_name``."""
-
-    input_name: str
-    height: int
-    width: int
-    channels: int = 3
-    min_batch: int = 1
-    opt_batch: int = 8
-    max_batch: int = 32
-    workspace_gb: float | None = None
-    timing_cache: str | None = None
-
-    @classmethod
-    def for_artifact(cls, manifest: Manifest, request: TensorRTExportRequest) -> BuildConfig:
-        """The build settings a `trt` request asks for, for the artifact's input."""
-        return cls(
-            input_name=manifest.input.name,
-            height=manifest.input.height,
-            width=manifest.input.width,
-            min_batch=request.min_batch,
-            opt_batch=request.opt_batch,
-            max_batch=request.max_batch,
-            workspace_gb=request.workspace_gb,
-            timing_cache=str(request.timing_cache) if request.timing_cache else None,
-        )
-
-    def shapes(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-        """(min, opt, max) input shapes, NHWC."""
-        tail = (self.height, self.width, self.channels)
-        return (self.min_batch, *tail), (self.opt_batch, *tail), (self.max_batch, *tail)
-
-    def describe(self) -> dict[str, Any]:
-        """The settings and the profile's shapes, as a manifest records them."""
-        return {**asdict(self), "profile_shapes": [list(s) for s in self.shapes()]}
-
-    def validate(self, model: ModelProto) -> None:
-        """Raises ExportError naming the bad value: batch order, workspace, and that the graph's input
-        has this name, a dynamic batch and the configured H, W, C."""
-        if not 1 <= self.min_batch <= self.opt_batch <= self.max_batch:
-            raise ExportError(
-                "batch sizes must satisfy 1 <= min <= opt <= max, got "
-                f"min {self.min_batch}, opt {self.opt_batch}, max {self.max_batch}"
-            )
-        if self.workspace_gb is not None and self.workspace_gb <= 0:
-            raise ExportError(f"--workspace-gb must be > 0, got {self.workspace_gb}")
-        inputs = {i.name: i for i in model.graph.input}
-        if self.input_name not in inputs:
-            raise ExportError(f"the graph has no input {self.input_name!r}; inputs: {sorted(inputs)}")
-        dims = inputs[self.input_name].type.tensor_type.shape.dim
-        if len(dims) != 4:
-            raise ExportError(f"input {self.input_name!r} has rank {len(dims)}, expected 4 (NHWC)")
-        if dims[0].HasField("dim_value") and (self.min_batch, self.max_batch) != (dims[0].dim_value,) * 2:
-            raise ExportError(
-                f"input {self.input_name!r} has a fixed batch of {dims[0].dim_value}; no dynamic profile"
-            )
-        static = tuple(d.dim_value if d.HasField("dim_value") else None for d in dims[1:])
-        if static != (self.height, self.width, self.channels):
-            raise ExportError(
-                f"input {self.input_name!r} has shape [B, {static}], config expects "
-                f"[B, {self.height}, {self.width}, {self.channels}]"
-            )
+from exporters.tensorrt.config import BuildConfig
 
 
 def gpu_unavailable_reason() -> str | None:
@@ -179,19 +110,20 @@ def build_engine(onnx_path: Path, config: BuildConfig, plan_path: Path, int8: bo
     }
 
 
-def check_engine(plan_path: Path, reference: ModelProto, manifest: Manifest) -> dict[str, Any]:
-    """The engine, loaded as the service loads it (``manifest`` is the engine artifact's), against
-    ``reference`` (the graph it was built from) in ONNX Runtime on one generated batch (GPU only)."""
+def check_engine(version_dir: Path, reference: ModelProto, manifest: Manifest) -> dict[str, Any]:
+    """The engine in ``version_dir`` (``manifest.file``), loaded as the service loads it (``manifest`` is
+    the engine artifact's), against ``reference`` (the graph it was built from) in ONNX Runtime on one
+    generated batch (GPU only)."""
     from exporters.evaluation.compare import (
         Detections,
         contract_problems,
         match_detections,
         summarize_matches,
     )
-    from service.runtime.backends.tensorrt_backend import TensorRTBackend
+    from service.served import load_backend
 
     batch = generated_batches(manifest_resize(manifest), sizes=(3,))[0]
-    backend = TensorRTBackend(manifest, plan_path)
+    backend = load_backend(version_dir, "tensorrt", manifest=manifest)
     try:
         engine_out = backend.infer(batch)
     finally:

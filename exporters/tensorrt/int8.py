@@ -10,25 +10,20 @@ says what was left; nothing is written.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from contract.manifest import Manifest
 from exporters.artifact import name_and_version, staged_directory
 from exporters.errors import GpuRequiredError, VerificationError
 from exporters.manifests import derived_manifest
 from exporters.onnx.graph import load_checked
-from exporters.tensorrt.engine import BuildConfig, build_engine, check_engine, gpu_unavailable_reason
+from exporters.tensorrt.config import PLAN_FILE, BuildConfig, TensorRTExportRequest, engine_export_settings
+from exporters.tensorrt.engine import build_engine, check_engine, gpu_unavailable_reason
 from exporters.tensorrt.ops import check_tensorrt_ops, describe_op_check
-
-if TYPE_CHECKING:
-    from exporters.tensorrt.build import TensorRTExportRequest
 
 
 def export_int8_engine(request: TensorRTExportRequest, manifest: Manifest, model_path: Path) -> Manifest:
     """Build ``model.plan`` from the INT8 artifact ``manifest`` / ``model_path`` describe; returns the
     manifest written (format tensorrt, precision int8)."""
-    from exporters.tensorrt.build import PLAN_FILE, engine_export_settings
-
     qdq = load_checked(model_path)
     config = BuildConfig.for_artifact(manifest, request)
     config.validate(qdq)
@@ -64,7 +59,7 @@ def export_int8_engine(request: TensorRTExportRequest, manifest: Manifest, model
             verification=verification,
         )
         # Checked as the service will load it: with this manifest.
-        engine = check_engine(staging / PLAN_FILE, qdq, written)
+        engine = check_engine(staging, qdq, written)
         written = written.model_copy(update={"verification": {"engine": engine, **verification}})
         written.write(staging)
     return written

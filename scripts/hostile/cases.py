@@ -11,7 +11,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 
@@ -22,14 +22,11 @@ from hostile.common import (
     PROBE_TIMEOUT_S,
     Outcome,
     Reply,
+    fmt_s,
     many_parts_body,
 )
 from hostile.server import Ctx
-from hostile.transport import classify, close_all, http_call, open_raw, raw_head, read_reply, replies_of
-
-if TYPE_CHECKING:
-    from hostile.report import fmt_s
-
+from hostile.transport import classify, close_all, http_call, open_raw, read_reply, replies_of
 
 # ------------------------------------------------------------------------------------------------- cases
 
@@ -76,7 +73,7 @@ def case_stalled_body(ctx: Ctx) -> Outcome:
     try:
         sock = open_raw(ctx.server.port)
         sock.settimeout(20.0)
-        sock.sendall(raw_head(ctx, "/detect", 20_000_000, "image/jpeg") + b"\0" * 1_000_000)
+        sock.sendall(ctx.post_head("/detect", 20_000_000, "image/jpeg") + b"\0" * 1_000_000)
         reply = read_reply(sock, 20.0)
     except OSError as exc:
         reply = Reply(f"send-{classify(exc)}", 0.0)
@@ -97,7 +94,7 @@ def _send_held(
     socks[index] = sock
     try:
         sock.settimeout(30.0)  # the total for sendall (Python >= 3.5), not per chunk
-        sock.sendall(raw_head(ctx, "/detect", 20_000_000, "image/jpeg"))
+        sock.sendall(ctx.post_head("/detect", 20_000_000, "image/jpeg"))
         sock.sendall(payload)
     except OSError as exc:
         errors[index] = classify(exc)
@@ -147,7 +144,7 @@ def case_no_body_connections(ctx: Ctx) -> Outcome:
     for index in range(50):
         try:
             sock = socks[index] = open_raw(ctx.server.port)
-            sock.sendall(raw_head(ctx, "/detect", 1000, "image/jpeg"))
+            sock.sendall(ctx.post_head("/detect", 1000, "image/jpeg"))
         except OSError as exc:
             errors[index] = classify(exc)
     time.sleep(1.0)
@@ -242,7 +239,7 @@ def case_sigterm(ctx: Ctx) -> Outcome:
     holder: list[Reply] = []
     try:
         sock = open_raw(ctx.server.port)
-        sock.sendall(raw_head(ctx, "/detect", 1_000_000, "image/jpeg") + b"\xff" * 1000)
+        sock.sendall(ctx.post_head("/detect", 1_000_000, "image/jpeg") + b"\xff" * 1000)
     except OSError as exc:
         return Outcome(sent, [Reply(f"send-{classify(exc)}", 0.0)], None, after_delay_s=0.0)
     time.sleep(0.2)

@@ -4,14 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import cv2
 import numpy as np
-
-if TYPE_CHECKING:
-    pass
-
 
 HOST = "127.0.0.1"
 PROJECT = Path(__file__).resolve().parents[2]
@@ -27,6 +23,13 @@ EXIT_TIMEOUT_S = 60.0
 CONNECT_TIMEOUT_S = 5.0
 MAX_REPLY_BYTES = 64 * 1024
 MONITOR_MAX_S = 600.0  # no monitor thread outlives this, whatever happens
+
+
+def fmt_s(seconds: float | None) -> str:
+    """A duration for the report: milliseconds below a second, else seconds; a dash for none."""
+    if seconds is None:
+        return "–"
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
 # ---------------------------------------------------------------------------------------------- records

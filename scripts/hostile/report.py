@@ -7,7 +7,7 @@ from collections import Counter
 from typing import Any
 
 from hostile.cases import CASES
-from hostile.common import NORMAL_DELAY_S, NORMAL_TIMEOUT_S, CaseReport, Outcome, Reply
+from hostile.common import NORMAL_DELAY_S, NORMAL_TIMEOUT_S, CaseReport, Outcome, Reply, fmt_s
 from hostile.server import Ctx, Monitor, NormalRequest, ProbeSampler, RssSampler, ensure_server, read_rss_mb
 
 # ----------------------------------------------------------------------------------------------- running
@@ -62,12 +62,6 @@ def run_case(ctx: Ctx, name: str) -> CaseReport:
 
 
 # ---------------------------------------------------------------------------------------------- printing
-
-
-def fmt_s(seconds: float | None) -> str:
-    if seconds is None:
-        return "–"
-    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
 def fmt_mb(value: float | None) -> str:

@@ -28,7 +28,7 @@ from hostile.common import (
     Payloads,
     Reply,
 )
-from hostile.transport import http_call
+from hostile.transport import http_call, raw_head
 
 # ------------------------------------------------------------------------------------------------ server
 
@@ -124,6 +124,10 @@ class Ctx:
 
     def url(self, path: str) -> str:
         return self.server.url(path)
+
+    def post_head(self, path: str, content_length: int, content_type: str) -> bytes:
+        """The head of a raw POST to this server, with the API key when there is one."""
+        return raw_head(self.server.port, self.auth, path, content_length, content_type)
 
 
 def ensure_server(ctx: Ctx) -> str:

@@ -7,15 +7,12 @@ import re
 import select
 import socket
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
 import httpx
 
 from hostile.common import CONNECT_TIMEOUT_S, HOST, MAX_REPLY_BYTES, SNIPPET_CHARS, Reply
-
-if TYPE_CHECKING:
-    from hostile.server import Ctx
-
 
 # -------------------------------------------------------------------------------------------- transport
 
@@ -67,13 +64,14 @@ def open_raw(port: int) -> socket.socket:
     return socket.create_connection((HOST, port), timeout=CONNECT_TIMEOUT_S)
 
 
-def raw_head(ctx: Ctx, path: str, content_length: int, content_type: str) -> bytes:
+def raw_head(port: int, auth: Mapping[str, str], path: str, content_length: int, content_type: str) -> bytes:
+    """The head of a POST to the server on ``port``, with the ``auth`` headers."""
     lines = [
         f"POST {path} HTTP/1.1",
-        f"Host: {HOST}:{ctx.server.port}",
+        f"Host: {HOST}:{port}",
         f"Content-Type: {content_type}",
         f"Content-Length: {content_length}",
-        *(f"{key}: {value}" for key, value in ctx.auth.items()),
+        *(f"{key}: {value}" for key, value in auth.items()),
     ]
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
 

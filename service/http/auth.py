@@ -17,7 +17,8 @@ from pathlib import Path
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.errors import Unauthorized, error_response
+from service.errors import Unauthorized
+from service.http.error_responses import error_response
 from service.settings import Settings
 
 # Paths that never need a key: liveness and readiness probes (native and Open Inference Protocol), the

@@ -7,8 +7,9 @@ from typing import Annotated
 
 from fastapi import Depends, Query, Request
 
-from service.errors import ServiceUnavailable
 from service.http.lifecycle import Lifecycle
+from service.http.uploads import BodyReader
+from service.pipeline.entry import DetectionPipeline
 from service.runtime.admission import Resources
 from service.runtime.metrics import ServiceMetrics
 from service.runtime.model_control import ModelControl
@@ -43,11 +44,26 @@ def get_resources(request: Request) -> Resources:
     return resources
 
 
+def get_pipeline(request: Request) -> DetectionPipeline:
+    """The one way into inference, for every protocol (created in the lifespan)."""
+    pipeline: DetectionPipeline = request.app.state.pipeline
+    return pipeline
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 RuntimeDep = Annotated[ModelRuntime, Depends(get_runtime)]
 MetricsDep = Annotated[ServiceMetrics, Depends(get_metrics)]
 LifecycleDep = Annotated[Lifecycle, Depends(get_lifecycle)]
 ResourcesDep = Annotated[Resources, Depends(get_resources)]
+PipelineDep = Annotated[DetectionPipeline, Depends(get_pipeline)]
+
+
+def get_body_reader(resources: ResourcesDep, lifecycle: LifecycleDep) -> BodyReader:
+    """Reads request bodies within the upload limits and the body budget; gives up when the server closes."""
+    return BodyReader(resources.upload_limits, resources.body_budget, lifecycle.closing)
+
+
+BodyReaderDep = Annotated[BodyReader, Depends(get_body_reader)]
 DetectQueryDep = Annotated[DetectQuery, Query()]
 
 
@@ -62,10 +78,7 @@ async def get_model(
     """
     model = runtime.get(query.model, query.version)
     request.state.model = model.name
-    if not model.ready:
-        raise ServiceUnavailable(
-            f"model {model.name!r} version {model.version!r} is {model.status()}", retry_after_s=5
-        )
+    model.require_ready()
     with model.lease():
         yield model
 

@@ -1,6 +1,6 @@
 """ASGI middleware around the detect endpoints: draining gate, status and latency metrics.
 
-Requests in flight are counted by the route once admitted (`Lifecycle.admitted`), not here: a
+Requests in flight are counted by the pipeline once admitted (`Lifecycle.admitted`), not here: a
 connection still sending its body is not yet work.
 
 Pure ASGI (not BaseHTTPMiddleware) so it adds no task or buffering to the request path.
@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import time
 
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.errors import ServiceUnavailable, error_response
+from service.errors import ServiceUnavailable
+from service.http.error_responses import error_response
 from service.http.lifecycle import Lifecycle
 from service.runtime.metrics import NO_MODEL, ServiceMetrics
 
@@ -22,6 +24,12 @@ DETECT_PATHS = frozenset({"/detect", "/v1/detect"})
 def is_inference_path(path: str) -> bool:
     """/detect, /v1/detect, and the Open Inference Protocol's ``/v2/models/.../infer``."""
     return path in DETECT_PATHS or (path.startswith("/v2/models/") and path.endswith("/infer"))
+
+
+def started_at(request: Request) -> float:
+    """When the request arrived (`time.monotonic`, stamped by `DetectRequestMiddleware`; now outside it)."""
+    started: float = getattr(request.state, "started_at", time.monotonic())
+    return started
 
 
 class DetectRequestMiddleware:

@@ -1,24 +1,25 @@
-"""Read the images of a detect request: multipart files, or one image as the raw body.
+"""Read request bodies: the images of a detect request (`read_uploads`), or a whole body (`read_body`).
+
+Images come as
 
 - ``multipart/form-data``: file parts named ``images`` (repeatable), ``image`` or ``file``;
 - a raw body with ``Content-Type: image/*`` or ``application/octet-stream``: one image.
 
 The body is read message by message with an idle and a total timeout (408), its size is limited while
 it streams (413; a declared Content-Length over the limit is refused before reading anything), and its
-bytes are reserved in the process-wide body budget before they arrive (503 when that is full). A
-multipart body is parsed as it streams, with caps on the number of parts and on each part's headers,
-so a body of many tiny parts fails at the first part too many instead of being parsed whole. Only the
-image bytes are kept (one copy, no temporary files).
+bytes are held in the process-wide body budget from before they arrive until the reader's block ends
+(503 when that is full). A multipart body is parsed as it streams, with caps on the number of parts and
+on each part's headers, so a body of many tiny parts fails at the first part too many instead of being
+parsed whole. Only the image bytes are kept (one copy, no temporary files).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, Awaitable
-from contextlib import aclosing
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import AbstractAsyncContextManager, aclosing, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
@@ -26,66 +27,21 @@ from starlette.requests import Request
 
 from service.errors import (
     BadRequest,
+    ClientClosedRequest,
     PayloadTooLarge,
     RequestTimeout,
-    ServiceError,
     ServiceUnavailable,
     UnsupportedMediaType,
 )
+from service.pipeline.inputs import ImageUpload
+from service.pipeline.tasks import Gone
+from service.runtime.admission import UploadLimits
 from service.runtime.budget import MemoryBudget
 
 IMAGE_FIELDS = ("images", "image", "file")
 RAW_MEDIA_TYPES = ("application/octet-stream",)  # plus any image/*
 # Headers of one multipart part (Content-Disposition, Content-Type): a few hundred bytes in practice.
 MAX_PART_HEADER_BYTES = 4096
-
-T = TypeVar("T")
-
-
-class ClientClosedRequest(ServiceError):
-    """The client went away before the response was ready (nginx's 499; nobody receives it)."""
-
-    status_code = 499
-
-
-@dataclass
-class ImageUpload:
-    """One image's bytes; ``label`` is how errors name it (``images[1]``, ``body``).
-
-    ``data`` is emptied (`release`) once the image is decoded, so the bytes do not outlive their use.
-    """
-
-    label: str
-    data: bytes | bytearray
-    filename: str | None = None
-
-    def release(self) -> None:
-        self.data = b""
-
-
-@dataclass(frozen=True)
-class UploadLimits:
-    max_body_bytes: int
-    max_images: int
-    idle_timeout_s: float
-    total_timeout_s: float
-    budget_wait_s: float
-
-
-@dataclass
-class Uploads:
-    """A request's images and the body memory they hold (released by `release`, idempotent)."""
-
-    images: list[ImageUpload]
-    _budget: MemoryBudget | None = None
-    _reserved: int = 0
-
-    def release(self) -> None:
-        for image in self.images:
-            image.release()
-        if self._budget is not None and self._reserved:
-            self._budget.release(self._reserved)
-            self._reserved = 0
 
 
 async def body_chunks(
@@ -277,60 +233,77 @@ def _declared_length(request: Request, limit: int) -> int | None:
     return int(declared)
 
 
+def _body_hold(
+    request: Request, limits: UploadLimits, budget: MemoryBudget
+) -> AbstractAsyncContextManager[None]:
+    declared = _declared_length(request, limits.max_body_bytes)
+    # Without a Content-Length (chunked) the body may be as large as the limit: hold that.
+    reserved = limits.max_body_bytes if declared is None else max(declared, 1)
+    return budget.hold(reserved, limits.budget_wait_s, field="body")
+
+
+@asynccontextmanager
 async def read_uploads(
     request: Request, limits: UploadLimits, budget: MemoryBudget, closing: asyncio.Event
-) -> Uploads:
-    """The request's images, in order, holding their bytes in ``budget`` until `Uploads.release`.
+) -> AsyncIterator[list[ImageUpload]]:
+    """``async with``: the request's images, in order, their bytes held in ``budget`` for the block.
 
     Raises `UnsupportedMediaType`, `PayloadTooLarge`, `BadRequest`, `RequestTimeout` or
     `ServiceUnavailable` (budget full, or shutting down).
     """
     media_type = _media_type(request)
-    declared = _declared_length(request, limits.max_body_bytes)
-    # Without a Content-Length (chunked) the body may be as large as the limit: reserve that.
-    reserved = limits.max_body_bytes if declared is None else max(declared, 1)
-    await budget.acquire(reserved, limits.budget_wait_s, field="body")
-    uploads = Uploads([], budget, reserved)
-    try:
+    async with _body_hold(request, limits, budget):
         async with aclosing(body_chunks(request, limits, closing)) as chunks:
             if media_type == "multipart/form-data":
                 parser = MultipartImages(request.headers["content-type"], limits.max_images)
                 async for chunk in chunks:
                     parser.write(chunk)
-                uploads.images = parser.finish()
+                images = parser.finish()
             else:
                 data = bytearray()
                 async for chunk in chunks:
                     data.extend(chunk)
-                uploads.images = [ImageUpload(label="body", data=data)]
-    except BaseException:
-        uploads.release()
-        raise
-    return uploads
+                images = [ImageUpload(label="body", data=data)]
+        yield images
 
 
-async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> T:
-    """Await ``work``, cancelling it if the client disconnects first (then raise `ClientClosedRequest`).
-
-    Call only after the body was read: the next ASGI message is then the disconnect. Cancelling the
-    work removes its queued images from their batch before any compute is spent on them.
-    """
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_disconnected(request))
-    try:
-        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        if task in done:
-            return task.result()
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        raise ClientClosedRequest("client disconnected before the response was ready")
-    finally:
-        watcher.cancel()
-        if not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+@asynccontextmanager
+async def read_body(
+    request: Request, limits: UploadLimits, budget: MemoryBudget, closing: asyncio.Event
+) -> AsyncIterator[bytearray]:
+    """``async with``: the whole body, whatever its Content-Type, held in ``budget`` for the block
+    (errors as `read_uploads`)."""
+    async with _body_hold(request, limits, budget):
+        data = bytearray()
+        async with aclosing(body_chunks(request, limits, closing)) as chunks:
+            async for chunk in chunks:
+                data.extend(chunk)
+        yield data
 
 
-async def _disconnected(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
+@dataclass(frozen=True)
+class BodyReader:
+    """Reads request bodies within the upload limits and the body memory budget, until the server closes."""
+
+    limits: UploadLimits
+    budget: MemoryBudget
+    closing: asyncio.Event
+
+    def images(self, request: Request) -> AbstractAsyncContextManager[list[ImageUpload]]:
+        """The request's images (see `read_uploads`)."""
+        return read_uploads(request, self.limits, self.budget, self.closing)
+
+    def raw(self, request: Request) -> AbstractAsyncContextManager[bytearray]:
+        """The request's whole body (see `read_body`)."""
+        return read_body(request, self.limits, self.budget, self.closing)
+
+
+def disconnected(request: Request) -> Gone:
+    """What returns once the client has disconnected. Await it only after the body was read: the next
+    ASGI message is then the disconnect."""
+
+    async def wait() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    return wait

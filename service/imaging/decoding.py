@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import cv2
 import numpy as np
@@ -137,7 +138,7 @@ def _decode_jpeg(data: bytes | bytearray, plan: DecodePlan, field: str) -> np.nd
     d = plan.scale_denominator
     size = {"min_width": math.ceil(plan.header.width / d), "min_height": math.ceil(plan.header.height / d)}
     try:
-        return simplejpeg.decode_jpeg(data, colorspace="RGB", strict=True, **size)
+        return cast("np.ndarray | None", simplejpeg.decode_jpeg(data, colorspace="RGB", strict=True, **size))
     except ValueError as exc:
         message = str(exc)
         if any(sign in message.lower() for sign in _TRUNCATION_WARNINGS):
@@ -147,7 +148,9 @@ def _decode_jpeg(data: bytes | bytearray, plan: DecodePlan, field: str) -> np.nd
                 field=field,
             ) from exc
         if message.startswith("Corrupt JPEG data"):  # harmless warnings, e.g. extraneous bytes
-            return simplejpeg.decode_jpeg(data, colorspace="RGB", strict=False, **size)
+            return cast(
+                "np.ndarray | None", simplejpeg.decode_jpeg(data, colorspace="RGB", strict=False, **size)
+            )
         return None
 
 

@@ -1,50 +1,56 @@
-"""One detect request, stage by stage: plan -> decode + resize (worker threads) -> batcher -> output.
+"""The stages of detection: plan -> decode + resize (worker threads) -> batcher -> postprocess -> output.
 
-Every image's header is read and its cost checked (per-request pixel limit, expected queue wait)
-before any pixel is decoded. Images are then decoded one at a time, each holding its memory in the
-process-wide image budget only while it is needed: for JSON only the network input and the original
-size survive decoding; a boxed image keeps its original until it is drawn. Every image of a request is
-decoded and validated before any of them is queued, so a bad image fails the request without spending
-inference on the good ones, and the images are queued together so they can share a batch. Each stage
-is timed into the model's metrics.
+`service.pipeline.entry` runs them, in this order, for every protocol. Every image's header is read and
+its cost checked (per-request pixel limit, expected queue wait) before any pixel is decoded. Images are
+then decoded one at a time, each holding its memory in the process-wide image budget only while it is
+needed: for JSON only the network input and the original size survive decoding; a boxed image keeps its
+original until it is drawn. Every image of a request is decoded and validated before any of them is
+queued, so a bad image fails the request without spending inference on the good ones, and the images
+are queued together so they can share a batch. Each stage is timed into the model's metrics.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Literal, TypeVar
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
 from contract.geometry import BoxTransform, network_content_size, resize_for_network
 from contract.manifest import MASK_OUTPUT
 from service.errors import PayloadTooLarge
-from service.http.uploads import ImageUpload
 from service.imaging.decoding import DecodePlan, decode_planned, plan_decode
 from service.imaging.masks import PastedMask, masks_to_polygons, masks_to_rles, paste_mask
 from service.imaging.postprocess import DetectParams, KeptDetections, select_detections, to_schema
 from service.imaging.render import ImageFormat, render_detections
+from service.pipeline.inputs import ImageUpload
+from service.pipeline.tasks import gather_in_order
 from service.pipeline.timing import RequestStages
 from service.runtime.admission import (
     DECODE_BYTES_PER_PIXEL,
     MASK_BYTES_PER_PIXEL,
     RENDER_BYTES_PER_PIXEL,
-    Hold,
     Resources,
-    hold,
 )
 from service.runtime.model_runtime import LoadedModel
 from service.schemas import DetectionResult
 
-T = TypeVar("T")
-# Requests whose images total at most this many bytes have their headers read on the event loop: a
-# worker-thread round trip costs more than parsing a typical header (~10 us). Parsing time grows with the
-# number of JPEG segments, so this also bounds the worst case (16 Ki empty segments: ~10 ms here).
-INLINE_PLAN_BYTES = 64 * 1024
 MaskFormat = Literal["rle", "polygon"]
+Outputs = dict[str, np.ndarray]
+
+
+@dataclass
+class Prepared:
+    """One decoded image: the network input, how its boxes map back, and the original when drawing."""
+
+    upload: ImageUpload
+    size: tuple[int, int]  # original (width, height), after EXIF orientation
+    network_input: np.ndarray
+    transform: BoxTransform
+    image: np.ndarray | None  # RGB uint8 [H, W, 3], kept only to draw the boxed image
 
 
 @dataclass
@@ -58,31 +64,12 @@ class ImageOutcome:
     detections: KeptDetections
     masks: np.ndarray | None  # float32 [N, Mh, Mw] for the kept detections (mask models only)
     image: np.ndarray | None = None  # RGB uint8 [H, W, 3], kept only to draw the boxed image
-    held: Hold | None = field(default=None, repr=False)  # image memory held for ``image``
-
-    def release(self) -> None:
-        self.image = None
-        if self.held is not None:
-            self.held.release()
-
-
-@dataclass
-class _Prepared:
-    upload: ImageUpload
-    size: tuple[int, int]
-    network_input: np.ndarray
-    transform: BoxTransform
-    image: np.ndarray | None
-    held: Hold | None
 
 
 def plan_images(
     model: LoadedModel, uploads: list[ImageUpload], resources: Resources, keep_original: bool
 ) -> list[DecodePlan]:
-    """Read every header and check the request's decoded pixels against ``max_request_pixels``.
-
-    Runs in a worker thread (header parsing is cheap but proportional to the number of segments).
-    """
+    """Read every header and check the request's decoded pixels against ``max_request_pixels``."""
     spec = model.manifest.input
     plans: list[DecodePlan] = []
     reduce_to = None
@@ -109,16 +96,16 @@ def plan_images(
 
 def _prepare(
     model: LoadedModel, upload: ImageUpload, plan: DecodePlan, keep_original: bool, stages: RequestStages
-) -> _Prepared:
+) -> Prepared:
     started = time.perf_counter()
     image = decode_planned(upload.data, plan, field=upload.label)
-    upload.release()  # the encoded bytes are no longer needed
+    upload.discard()  # the encoded bytes are no longer needed
     decoded = time.perf_counter()
     size = plan.original_size if plan.scale_denominator > 1 else (image.shape[1], image.shape[0])
     network_input, transform = resize_for_network(image, model.manifest.input, size)
     stages.stage("decode", decoded - started)
     stages.stage("preprocess", time.perf_counter() - decoded)
-    return _Prepared(upload, size, network_input, transform, image if keep_original else None, None)
+    return Prepared(upload, size, network_input, transform, image if keep_original else None)
 
 
 async def prepare_images(
@@ -126,78 +113,56 @@ async def prepare_images(
     uploads: list[ImageUpload],
     plans: list[DecodePlan],
     resources: Resources,
-    keep_original: bool,
     stages: RequestStages,
-) -> list[_Prepared]:
-    """Decode and resize the images one at a time, each inside its share of the image budget (also the
-    encoded-image path of the Open Inference Protocol, `service.v2.infer`)."""
-    per_pixel = RENDER_BYTES_PER_PIXEL if keep_original else DECODE_BYTES_PER_PIXEL
-    prepared: list[_Prepared] = []
-    try:
-        for upload, plan in zip(uploads, plans, strict=True):
-            held = await hold(
-                resources.image_budget, plan.decoded_pixels * per_pixel, resources.budget_wait_s, upload.label
-            )
-            try:
-                item = await resources.scheduler.run(
-                    plan.decoded_pixels, _prepare, model, upload, plan, keep_original, stages
+    originals: AsyncExitStack | None,
+) -> list[Prepared]:
+    """Decode and resize the images one at a time, each inside its share of the image budget.
+
+    With ``originals`` the decoded originals are kept to draw on, and their memory stays held until
+    that stack closes; without, an image's memory is held only while it is decoded.
+    """
+    per_pixel = RENDER_BYTES_PER_PIXEL if originals is not None else DECODE_BYTES_PER_PIXEL
+    prepared: list[Prepared] = []
+    for upload, plan in zip(uploads, plans, strict=True):
+        held = resources.image_budget.hold(
+            plan.decoded_pixels * per_pixel, resources.budget_wait_s, field=upload.label
+        )
+        async with AsyncExitStack() as decoding:
+            owner = originals if originals is not None else decoding
+            await owner.enter_async_context(held)
+            prepared.append(
+                await resources.scheduler.run(
+                    plan.decoded_pixels, _prepare, model, upload, plan, originals is not None, stages
                 )
-            except BaseException:
-                held.release()
-                raise
-            if keep_original:
-                item.held = held
-            else:
-                held.release()
-            prepared.append(item)
-    except BaseException:
-        for item in prepared:
-            if item.held is not None:
-                item.held.release()
-        raise
+            )
     return prepared
 
 
-def _first_error(results: list[T | BaseException]) -> list[T]:
-    """Raise the first exception in request order (so errors name the first bad image), else the values."""
-    for result in results:
-        if isinstance(result, BaseException):
-            raise result
-    return results  # type: ignore[return-value]
-
-
-async def run_detection(
-    model: LoadedModel,
-    uploads: list[ImageUpload],
-    plans: list[DecodePlan],
-    params: DetectParams,
-    *,
-    resources: Resources,
-    keep_original: bool,
-    deadline: float | None,
-    stages: RequestStages,
-) -> list[ImageOutcome]:
-    """Detections for each upload, in order (``keep_original``: keep the pixels to draw on).
+async def infer(
+    model: LoadedModel, images: list[np.ndarray], deadline: float | None, stages: RequestStages
+) -> list[Outputs]:
+    """Each network-sized image's outputs, queued together so they can share a batch.
 
     ``deadline`` is the `time.monotonic` time by which inference must start (None: no limit).
     """
-    prepared = await prepare_images(model, uploads, plans, resources, keep_original, stages)
-    times: list[dict[str, float]] = [{} for _ in prepared]
-    try:
-        outputs = _first_error(
-            await asyncio.gather(
-                *(model.submit(p.network_input, deadline, t) for p, t in zip(prepared, times, strict=True)),
-                return_exceptions=True,
-            )
-        )
-    except BaseException:
-        for item in prepared:
-            if item.held is not None:
-                item.held.release()
-        raise
+    times: list[dict[str, float]] = [{} for _ in images]
+    outputs = await gather_in_order(
+        model.submit(image, deadline, image_times) for image, image_times in zip(images, times, strict=True)
+    )
     for image_times in times:
         for stage, seconds in image_times.items():
             stages.longest(stage, seconds)
+    return outputs
+
+
+def postprocess(
+    model: LoadedModel,
+    prepared: list[Prepared],
+    outputs: list[Outputs],
+    params: DetectParams,
+    stages: RequestStages,
+) -> list[ImageOutcome]:
+    """Each image's kept detections (and their masks) in original-image pixels."""
     outcomes: list[ImageOutcome] = []
     for item, output in zip(prepared, outputs, strict=True):
         started = time.perf_counter()
@@ -206,7 +171,7 @@ async def run_detection(
         stages.stage("postprocess", time.perf_counter() - started)
         width, height = item.size
         outcomes.append(
-            ImageOutcome(item.upload, width, height, item.transform, detections, masks, item.image, item.held)
+            ImageOutcome(item.upload, width, height, item.transform, detections, masks, item.image)
         )
     return outcomes
 
@@ -250,24 +215,19 @@ async def json_results(
             # round trip through a worker thread would cost.
             results.append(_json_result(model, outcome, mask_format, stages))
             continue
-        held = await hold(
-            resources.image_budget,
-            pixels * MASK_BYTES_PER_PIXEL,
-            resources.budget_wait_s,
-            outcome.upload.label,
+        held = resources.image_budget.hold(
+            pixels * MASK_BYTES_PER_PIXEL, resources.budget_wait_s, field=outcome.upload.label
         )
-        try:
+        async with held:
             results.append(
                 await resources.scheduler.run(pixels, _json_result, model, outcome, mask_format, stages)
             )
-        finally:
-            held.release()
     return results
 
 
 def _render(model: LoadedModel, outcome: ImageOutcome, fmt: ImageFormat, stages: RequestStages) -> bytes:
     started = time.perf_counter()
-    assert outcome.image is not None, "the original is kept for drawing (keep_original=True)"
+    assert outcome.image is not None, "the original is kept for drawing"
     height, width = outcome.image.shape[:2]
     pasted: Iterator[PastedMask] | None = None
     if outcome.masks is not None:  # pasted lazily, one at a time, as they are drawn
@@ -283,11 +243,5 @@ def _render(model: LoadedModel, outcome: ImageOutcome, fmt: ImageFormat, stages:
 async def boxed_image(
     model: LoadedModel, outcome: ImageOutcome, fmt: ImageFormat, resources: Resources, stages: RequestStages
 ) -> bytes:
-    """The original image with its detections drawn, encoded as ``fmt`` (in a worker thread); then the
-    original and its memory are released."""
-    try:
-        return await resources.scheduler.run(
-            outcome.width * outcome.height, _render, model, outcome, fmt, stages
-        )
-    finally:
-        outcome.release()
+    """The original image with its detections drawn, encoded as ``fmt`` (in a worker thread)."""
+    return await resources.scheduler.run(outcome.width * outcome.height, _render, model, outcome, fmt, stages)

@@ -18,7 +18,6 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TypeVar
 
-from service.http.uploads import UploadLimits
 from service.runtime.budget import MemoryBudget
 from service.settings import Settings
 
@@ -49,6 +48,18 @@ class WorkScheduler:
             return await loop.run_in_executor(self.executor, work, *args)
         async with self._heavy:
             return await loop.run_in_executor(self.executor, work, *args)
+
+
+@dataclass(frozen=True)
+class UploadLimits:
+    """How a request body may arrive: its size, image count, timeouts, and how long it may wait for
+    room in the body budget."""
+
+    max_body_bytes: int
+    max_images: int
+    idle_timeout_s: float
+    total_timeout_s: float
+    budget_wait_s: float
 
 
 @dataclass
@@ -83,21 +94,3 @@ class Resources:
             budget_wait_s=wait_s,
             reduced_jpeg_decode=settings.reduced_jpeg_decode,
         )
-
-
-@dataclass
-class Hold:
-    """Bytes a request holds in a budget until `release` (idempotent)."""
-
-    budget: MemoryBudget
-    amount: int
-
-    def release(self) -> None:
-        if self.amount:
-            self.budget.release(self.amount)
-            self.amount = 0
-
-
-async def hold(budget: MemoryBudget, amount: int, wait_s: float, field: str) -> Hold:
-    await budget.acquire(amount, wait_s, field=field)
-    return Hold(budget, amount)

@@ -159,12 +159,7 @@ class DynamicBatcher(Generic[In, Out]):
 
         Until a batch has run the wait is unknown and only the queue size limits admission.
         """
-        if self.queue_depth + images > self.max_queue_size:
-            raise QueueFull(
-                f"model {self.name!r} has {self.queue_depth} images waiting (max_queue_size "
-                f"{self.max_queue_size}); retry later",
-                retry_after_s=self.retry_after_s(),
-            )
+        self._check_room(images)
         nothing_ahead = self.queue_depth == 0 and self._worker.running_size == 0
         if deadline is None or nothing_ahead or not self.batch_times.known:
             return
@@ -196,12 +191,7 @@ class DynamicBatcher(Generic[In, Out]):
             raise ServiceUnavailable(
                 f"model {self.name!r} is not serving (batcher not running)", retry_after_s=5
             )
-        if self.queue_depth >= self.max_queue_size:
-            raise QueueFull(
-                f"model {self.name!r} has {self.queue_depth} requests waiting (max_queue_size "
-                f"{self.max_queue_size}); retry later",
-                retry_after_s=self.retry_after_s(),
-            )
+        self._check_room(1)
         loop = asyncio.get_running_loop()
         now = time.monotonic()
         pending: Pending[In, Out] = Pending(
@@ -221,6 +211,15 @@ class DynamicBatcher(Generic[In, Out]):
         except asyncio.CancelledError:
             pending.future.cancel()
             raise
+
+    def _check_room(self, images: int) -> None:
+        """`QueueFull` (429 with Retry-After) when ``images`` more would exceed ``max_queue_size``."""
+        if self.queue_depth + images > self.max_queue_size:
+            raise QueueFull(
+                f"model {self.name!r} has {self.queue_depth} images waiting (max_queue_size "
+                f"{self.max_queue_size}); retry later",
+                retry_after_s=self.retry_after_s(),
+            )
 
     def _deadline_message(self, pending: Pending[In, Out]) -> str:
         waited = time.monotonic() - pending.enqueued_at

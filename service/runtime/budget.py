@@ -19,7 +19,8 @@ from service.errors import PayloadTooLarge, ServiceUnavailable
 
 
 class MemoryBudget:
-    """``capacity`` bytes shared by every request; `reserve` is the one way in."""
+    """``capacity`` bytes shared by every request. Request paths take them with `hold`, which gives them
+    back however the block ends; `acquire` and `release` are its parts."""
 
     def __init__(self, name: str, capacity: int):
         if capacity < 1:
@@ -98,8 +99,9 @@ class MemoryBudget:
             waiter.set_result(None)
 
     @asynccontextmanager
-    async def reserve(self, amount: int, timeout: float, *, field: str | None = None) -> AsyncIterator[None]:
-        """``async with budget.reserve(n, timeout):`` holds ``n`` bytes for the block."""
+    async def hold(self, amount: int, timeout: float, *, field: str | None = None) -> AsyncIterator[None]:
+        """``async with budget.hold(n, timeout):`` holds ``n`` bytes for the block, released whether it
+        returns, raises or is cancelled (errors as `acquire`)."""
         await self.acquire(amount, timeout, field=field)
         try:
             yield

@@ -81,25 +81,26 @@ class LoadedModel:
         outputs = self.backend.infer(np.stack(images))  # B x (H, W, 3) -> (B, H, W, 3)
         return [{name: value[i] for name, value in outputs.items()} for i in range(len(images))]
 
-    def admit(self, images: int, deadline: float | None) -> None:
-        """Refuse now (429 + Retry-After) ``images`` that could not be done by ``deadline`` behind the
-        queue as it is (see `DynamicBatcher.admit`)."""
-        if self.batcher is None or self.state != "ready":
+    def require_ready(self) -> DynamicBatcher[np.ndarray, dict[str, np.ndarray]]:
+        """The batcher this version serves with; `ServiceUnavailable` (503, Retry-After) while it does
+        not serve (loading, failed, batcher stopped). Every request path checks readiness here."""
+        if self.batcher is None or not self.ready:
             raise ServiceUnavailable(
                 f"model {self.name!r} version {self.version!r} is {self.status()}", retry_after_s=5
             )
-        self.batcher.admit(images, deadline)
+        return self.batcher
+
+    def admit(self, images: int, deadline: float | None) -> None:
+        """Refuse now (429 + Retry-After) ``images`` that could not be done by ``deadline`` behind the
+        queue as it is (see `DynamicBatcher.admit`)."""
+        self.require_ready().admit(images, deadline)
 
     async def submit(
         self, image: np.ndarray, deadline: float | None, times: dict[str, float] | None = None
     ) -> dict[str, np.ndarray]:
         """Queue one network-sized image; its outputs (batch dimension removed) once its batch ran.
         ``times`` receives its queue_wait and inference seconds."""
-        if self.batcher is None or self.state != "ready":
-            raise ServiceUnavailable(
-                f"model {self.name!r} version {self.version!r} is {self.status()}", retry_after_s=5
-            )
-        return await self.batcher.submit(image, deadline=deadline, times=times)
+        return await self.require_ready().submit(image, deadline=deadline, times=times)
 
     @contextmanager
     def lease(self) -> Iterator[LoadedModel]:

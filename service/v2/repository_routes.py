@@ -15,8 +15,14 @@ from fastapi import APIRouter, Request
 from service.errors import BadRequest
 from service.http.deps import ControlDep, LifecycleDep, ResourcesDep
 from service.http.uploads import body_chunks
+from service.v2.openapi import REPOSITORY_MODEL_PATH, optional_json_body
 from service.v2.routes import ERROR_RESPONSES
-from service.v2.schemas import RepositoryIndexItem, RepositoryIndexRequest, RepositoryRequest
+from service.v2.schemas import (
+    RepositoryIndexItem,
+    RepositoryIndexRequest,
+    RepositoryLoadRequest,
+    RepositoryRequest,
+)
 
 router = APIRouter(prefix="/v2/repository", tags=["open inference protocol: model repository"])
 
@@ -41,7 +47,12 @@ async def _optional_body(
         raise BadRequest(f"invalid request body: {exc}", field="body") from None
 
 
-@router.post("/index", response_model=list[RepositoryIndexItem], responses=ERROR_RESPONSES)
+@router.post(
+    "/index",
+    response_model=list[RepositoryIndexItem],
+    responses=ERROR_RESPONSES,
+    openapi_extra=optional_json_body(RepositoryIndexRequest),
+)
 async def repository_index(
     request: Request, control: ControlDep, resources: ResourcesDep, lifecycle: LifecycleDep
 ) -> list[RepositoryIndexItem]:
@@ -53,7 +64,12 @@ async def repository_index(
     return [RepositoryIndexItem(name=r.name, version=r.version, state=r.state, reason=r.reason) for r in rows]
 
 
-@router.post("/models/{model_name}/load", responses=ERROR_RESPONSES)
+@router.post(
+    "/models/{model_name}/load",
+    responses=ERROR_RESPONSES,
+    dependencies=REPOSITORY_MODEL_PATH,
+    openapi_extra=optional_json_body(RepositoryLoadRequest),
+)
 async def load_model(
     request: Request, control: ControlDep, resources: ResourcesDep, lifecycle: LifecycleDep
 ) -> dict[str, Any]:
@@ -70,7 +86,12 @@ async def load_model(
     return {"name": model_name, "versions": [m.version for m in models]}
 
 
-@router.post("/models/{model_name}/unload", responses=ERROR_RESPONSES)
+@router.post(
+    "/models/{model_name}/unload",
+    responses=ERROR_RESPONSES,
+    dependencies=REPOSITORY_MODEL_PATH,
+    openapi_extra=optional_json_body(RepositoryRequest),
+)
 async def unload_model(
     request: Request, control: ControlDep, resources: ResourcesDep, lifecycle: LifecycleDep
 ) -> dict[str, Any]:

@@ -2,27 +2,35 @@
 
 Health and readiness answer 200 for true and 400 for false, as the protocol asks (with the reason in
 ``error``); the native ``/health/*`` probes keep 503. Errors are ``{"error": ...}`` bodies with the
-service's one status mapping (`service.errors`). Inference shares /detect's limits, admission, batcher
-and metrics (`service.v2.infer`).
+service's one status mapping (`service.http.error_responses`). Inference goes through /detect's
+pipeline: the same limits, admission, batcher and metrics (`service.v2.infer`).
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
 from service.errors import BadRequest
-from service.http.deps import LeasedModelDep, LifecycleDep, ResourcesDep, RuntimeDep, SettingsDep
-from service.http.uploads import cancel_on_disconnect
+from service.http.deps import (
+    BodyReaderDep,
+    LeasedModelDep,
+    LifecycleDep,
+    PipelineDep,
+    RuntimeDep,
+    SettingsDep,
+)
+from service.http.middleware import started_at
+from service.http.uploads import disconnected
 from service.runtime.model_runtime import LoadedModel, ModelRuntime
 from service.runtime.repository import version_sort_key
 from service.schemas import ErrorBody
-from service.v2.infer import parse_body, read_body, run_inference
+from service.v2.infer import read_request, run_inference
+from service.v2.openapi import INFER_OK, INFER_REQUEST_BODY, MODEL_PATH, VERSION_PATH
 from service.v2.schemas import ModelMetadata, ServerMetadata
 from service.v2.signature import model_config, model_metadata
-from service.v2.tensors import HEADER_LENGTH, encode_response
+from service.v2.tensors import HEADER_LENGTH
 
 router = APIRouter(prefix="/v2", tags=["open inference protocol"])
 
@@ -79,16 +87,16 @@ async def server_ready(runtime: RuntimeDep, lifecycle: LifecycleDep) -> dict[str
     return {"ready": True}
 
 
-@router.get(MODEL, response_model=ModelMetadata, responses=ERROR_RESPONSES)
-@router.get(VERSION, response_model=ModelMetadata, responses=ERROR_RESPONSES)
+@router.get(MODEL, response_model=ModelMetadata, responses=ERROR_RESPONSES, dependencies=MODEL_PATH)
+@router.get(VERSION, response_model=ModelMetadata, responses=ERROR_RESPONSES, dependencies=VERSION_PATH)
 async def get_model_metadata(request: Request, runtime: RuntimeDep) -> ModelMetadata:
     """Inputs and outputs of a model (its latest loaded version, or the one named)."""
     model = _model(runtime, request)
     return model_metadata(model, sorted(runtime.models.get(model.name, {}), key=version_sort_key))
 
 
-@router.get(MODEL + "/ready", responses=ERROR_RESPONSES)
-@router.get(VERSION + "/ready", responses=ERROR_RESPONSES)
+@router.get(MODEL + "/ready", responses=ERROR_RESPONSES, dependencies=MODEL_PATH)
+@router.get(VERSION + "/ready", responses=ERROR_RESPONSES, dependencies=VERSION_PATH)
 async def get_model_ready(request: Request, runtime: RuntimeDep) -> dict[str, Any]:
     model = _model(runtime, request)
     if not model.ready:
@@ -96,39 +104,40 @@ async def get_model_ready(request: Request, runtime: RuntimeDep) -> dict[str, An
     return {"name": model.name, "ready": True}
 
 
-@router.get(MODEL + "/config", responses=ERROR_RESPONSES)
-@router.get(VERSION + "/config", responses=ERROR_RESPONSES)
+@router.get(MODEL + "/config", responses=ERROR_RESPONSES, dependencies=MODEL_PATH)
+@router.get(VERSION + "/config", responses=ERROR_RESPONSES, dependencies=VERSION_PATH)
 async def get_model_config(request: Request, runtime: RuntimeDep) -> dict[str, Any]:
     """The model's configuration in Triton's JSON form (what tritonclient and perf_analyzer read)."""
     return model_config(_model(runtime, request))
 
 
-@router.post(MODEL + "/infer", responses=ERROR_RESPONSES, response_class=Response)
-@router.post(VERSION + "/infer", responses=ERROR_RESPONSES, response_class=Response)
+@router.post(
+    MODEL + "/infer",
+    responses={**INFER_OK, **ERROR_RESPONSES},
+    response_class=Response,
+    dependencies=MODEL_PATH,
+    openapi_extra=INFER_REQUEST_BODY,
+)
+@router.post(
+    VERSION + "/infer",
+    responses={**INFER_OK, **ERROR_RESPONSES},
+    response_class=Response,
+    dependencies=VERSION_PATH,
+    openapi_extra=INFER_REQUEST_BODY,
+)
 async def infer(
     request: Request,
     model: LeasedModelDep,
+    pipeline: PipelineDep,
+    reader: BodyReaderDep,
     settings: SettingsDep,
-    resources: ResourcesDep,
-    lifecycle: LifecycleDep,
 ) -> Response:
     """Run the model on JSON or binary tensors: network-sized UINT8 images, or encoded images as BYTES."""
-    started = getattr(request.state, "started_at", time.monotonic())
-    deadline = started + settings.request_timeout_ms / 1000
-    model.admit(1, deadline)  # overloaded: 429 at once, before the body is read
-    body = await read_body(request, resources.upload_limits, resources.body_budget, lifecycle.closing)
-    try:
-        decoded = await parse_body(
-            model, body, request.headers.get(HEADER_LENGTH), resources, settings.max_images_per_request
+    async with pipeline.admit(model, started_at(request), gone=disconnected(request)) as run:
+        body = await run.hold_input(read_request(request, reader))
+        content, json_length = await run_inference(
+            run, body, request.headers.get(HEADER_LENGTH), settings.max_images_per_request
         )
-        model.admit(decoded.count, deadline)
-        with lifecycle.admitted():
-            outputs = await cancel_on_disconnect(request, run_inference(model, decoded, resources, deadline))
-            content, json_length = await resources.scheduler.run(
-                0, encode_response, model.name, model.version, decoded.request_id, outputs, decoded.outputs
-            )
-    finally:
-        body.release()
     if json_length is None:
         return Response(content, media_type="application/json")
     return Response(content, media_type="application/octet-stream", headers={HEADER_LENGTH: str(json_length)})

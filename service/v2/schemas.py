@@ -13,9 +13,10 @@ class RequestInput(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str
+    name: str = Field(description="the model's input (UINT8 images at the network size) or image_bytes")
     shape: list[int]
-    datatype: str
+    # The enum is documentation only: `service.v2.tensors` refuses other datatypes, naming the right one.
+    datatype: str = Field(json_schema_extra={"enum": ["UINT8", "BYTES"]})
     parameters: dict[str, Any] = Field(default_factory=dict)
     data: Any = None
 
@@ -32,7 +33,11 @@ class InferRequest(BaseModel):
 
     id: str | None = None
     parameters: dict[str, Any] = Field(default_factory=dict)
-    inputs: list[RequestInput] = Field(min_length=1)
+    inputs: list[RequestInput] = Field(
+        min_length=1,
+        description="exactly one input",
+        json_schema_extra={"maxItems": 1},  # documentation: `service.v2.tensors` refuses more, saying why
+    )
     outputs: list[RequestOutput] | None = None
 
 
@@ -57,7 +62,8 @@ class ServerMetadata(BaseModel):
 
 
 class RepositoryIndexRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: ``"ready": "yes"`` is an error, not true.
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     ready: bool = Field(default=False, description="list only the model versions that are ready")
 
@@ -72,6 +78,36 @@ class RepositoryIndexItem(BaseModel):
 class RepositoryRequest(BaseModel):
     """Body of load / unload (optional). Configuration or file overrides in ``parameters`` are refused."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     parameters: dict[str, Any] = Field(default_factory=dict)
+
+
+class RepositoryLoadRequest(RepositoryRequest):
+    """Body of load (optional), as documented: the route refuses any ``parameters`` with 400."""
+
+    parameters: dict[str, Any] = Field(
+        default_factory=dict,
+        description="must be empty: configuration or file overrides are not supported (put the model's "
+        "files in the repository folder)",
+        json_schema_extra={"maxProperties": 0},
+    )
+
+
+class ResponseOutput(BaseModel):
+    name: str
+    datatype: str
+    shape: list[int]
+    parameters: dict[str, Any] | None = Field(
+        default=None, description="binary outputs: ``binary_data_size``, their bytes in the binary section"
+    )
+    data: list[Any] | None = Field(default=None, description="JSON outputs: the values, flat, row-major")
+
+
+class InferResponse(BaseModel):
+    """An inference response's JSON part (documentation: the route writes it directly)."""
+
+    model_name: str
+    model_version: str
+    id: str | None = Field(default=None, description="the request's id, when it had one")
+    outputs: list[ResponseOutput]

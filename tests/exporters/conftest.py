@@ -11,7 +11,7 @@ import pytest
 from detectors_testkit import make_checkpoint
 from exporters_testkit import ExportedArtifact
 
-from exporters.onnx.export import OnnxExportRequest, export_onnx
+from exporters.checkpoint_export import OnnxExportRequest, export_onnx
 
 
 @pytest.fixture(scope="session")

@@ -124,10 +124,10 @@ def test_bad_threshold_is_named(
 
 
 def test_each_command_turns_its_flags_into_its_request() -> None:
+    from exporters.checkpoint_export import OnnxExportRequest
     from exporters.cli import _request, build_parser
-    from exporters.onnx.export import OnnxExportRequest
     from exporters.precision.quantize import QuantizeRequest
-    from exporters.tensorrt.build import TensorRTExportRequest
+    from exporters.tensorrt.config import TensorRTExportRequest
 
     parse = build_parser().parse_args
     onnx = parse(["onnx", "--checkpoint", "c.pt", "--output", "o", "--max-batch", "4", "--no-verify"])

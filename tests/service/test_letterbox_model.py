@@ -12,7 +12,7 @@ from detectors_testkit import make_efficientdet_checkpoint
 from service_testkit import encode, make_settings, start_client
 
 from contract.manifest import Manifest
-from exporters.onnx.export import OnnxExportRequest, export_onnx
+from exporters.checkpoint_export import OnnxExportRequest, export_onnx
 from exporters.onnx.ort_cpu import cpu_session, run_contract
 from service.app import create_app
 from training.data.synthetic import render_sample

@@ -11,8 +11,8 @@ from detectors_testkit import make_ssd320_checkpoint
 from service_testkit import encode, make_settings, start_client
 
 from contract.manifest import Manifest
+from exporters.checkpoint_export import OnnxExportRequest, export_onnx
 from exporters.evaluation.coco_ap import stretch_resize
-from exporters.onnx.export import OnnxExportRequest, export_onnx
 from exporters.onnx.ort_cpu import cpu_session, run_contract
 from service.app import create_app
 from training.data.synthetic import render_sample

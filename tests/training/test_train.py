@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from training import cli
-from training.checkpoint import load_checkpoint
 from training.config import make_config
 from training.train import main as train_main
+from training.weights import load_checkpoint
 
 TINY = {
     "backbone": "resnet18",

@@ -142,7 +142,7 @@ class DaliLoader:
         device_id: int | None = None,
         **options: Any,
     ) -> None:
-        from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+        from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy  # type: ignore[attr-defined]  # re-exported without __all__
 
         if not 0 <= shard_id < num_shards:
             raise ValueError(f"shard_id {shard_id} is outside 0..{num_shards - 1}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import cast
 
 import cv2
 import numpy as np
@@ -120,7 +121,7 @@ def _sample_polygon(
     pts = pts * diameter
     lo, hi = pts.min(axis=0), pts.max(axis=0)
     centre = rng.uniform(-lo, np.array([width, height]) - hi)
-    return pts + centre
+    return cast("NDArray[np.float64]", pts + centre)
 
 
 def _rasterize(
@@ -238,7 +239,7 @@ def _background(rng: np.random.Generator, height: int, width: int) -> NDArray[np
         centre = (int(rng.integers(0, width)), int(rng.integers(0, height)))
         radius = int(rng.integers(1, max(2, int(0.015 * short))))
         cv2.circle(img, centre, radius, rng.uniform(0, 255, 3).tolist(), -1, cv2.LINE_AA)
-    return img
+    return cast("NDArray[np.float32]", img)
 
 
 def _pick_color(

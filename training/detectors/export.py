@@ -81,13 +81,15 @@ class ExportWrapper(ABC):
     # The square input's side; subclasses set it (or override ``input_size``).
     image_size: int
 
-    def __init__(self, checkpoint: Checkpoint) -> None:
+    def __init__(self, checkpoint: Checkpoint, network: nn.Module) -> None:
+        """``network``: the model ``checkpoint`` describes, its inference weights loaded
+        (``training.weights.build_checkpoint_model``; ``exporters.onnx.wrappers.wrapper_for`` does both)."""
         if checkpoint.model_name != self.architecture:
             raise ValueError(
                 f"{type(self).__name__} exports {self.architecture!r}, not {checkpoint.model_name!r}"
             )
         self.checkpoint = checkpoint
-        self.network: nn.Module = checkpoint.build().eval()
+        self.network: nn.Module = network.eval()
         self.num_classes = len(checkpoint.categories)
 
     # ------------------------------------------------------------------ metadata (manifest)

@@ -3,8 +3,10 @@ each wrapper lives in its architecture's folder (``training/detectors/<name>/exp
 
 from __future__ import annotations
 
+from training.checkpoint import Checkpoint
 from training.detectors.export import ExportWrapper, ImagePreprocess
 from training.detectors.registry import get_detector, model_names
+from training.weights import build_checkpoint_model
 
 
 class UnsupportedArchitectureError(ValueError):
@@ -24,10 +26,19 @@ def get_wrapper(model_name: str) -> type[ExportWrapper]:
         ) from None
 
 
+def wrapper_for(checkpoint: Checkpoint, architecture: str | None = None) -> ExportWrapper:
+    """The export wrapper of ``architecture`` (default: the checkpoint's model name) around the network
+    ``checkpoint`` builds with its inference weights; a checkpoint of another architecture is a
+    ValueError."""
+    wrapper = get_wrapper(architecture or checkpoint.model_name)
+    return wrapper(checkpoint, build_checkpoint_model(checkpoint))
+
+
 __all__ = [
     "ExportWrapper",
     "ImagePreprocess",
     "UnsupportedArchitectureError",
     "get_wrapper",
+    "wrapper_for",
     "wrapper_names",
 ]

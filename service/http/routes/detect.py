@@ -10,33 +10,21 @@ the boxes); that needs exactly one image.
 
 from __future__ import annotations
 
-import time
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
-from service.errors import BadRequest, NotAcceptable
-from service.http.deps import DetectQueryDep, LifecycleDep, ModelDep, ResourcesDep, SettingsDep
-from service.http.uploads import cancel_on_disconnect, read_uploads
+from service.errors import NotAcceptable
+from service.http.deps import BodyReaderDep, DetectQueryDep, ModelDep, PipelineDep
+from service.http.middleware import started_at
+from service.http.uploads import IMAGE_FIELDS, RAW_MEDIA_TYPES, disconnected
 from service.imaging.postprocess import DetectParams, parse_class_filter
 from service.imaging.render import MEDIA_TYPES
-from service.pipeline.detect import (
-    INLINE_PLAN_BYTES,
-    ImageOutcome,
-    MaskFormat,
-    boxed_image,
-    json_results,
-    plan_images,
-    run_detection,
-)
-from service.pipeline.timing import RequestStages
-from service.runtime.admission import Resources
+from service.pipeline.entry import BoxedImage, DetectOptions, OutputFormat
 from service.runtime.model_runtime import LoadedModel
 from service.schemas import DetectionResult, DetectionResults, ErrorBody
 
 router = APIRouter(tags=["detect"])
-
-OutputFormat = Literal["json", "jpeg", "png"]
 
 _ACCEPTED: dict[str, OutputFormat] = {
     "application/json": "json",
@@ -47,26 +35,30 @@ _ACCEPTED: dict[str, OutputFormat] = {
     "image/png": "png",
 }
 
+_IMAGE_FILE: dict[str, Any] = {"type": "string", "format": "binary"}
 _REQUEST_BODY: dict[str, Any] = {
     "requestBody": {
         "required": True,
+        "description": "JPEG, PNG, BMP or WebP images: multipart files (at most `max_images_per_request`, in "
+        "any of the fields), or one image as the whole body",
         "content": {
             "multipart/form-data": {
                 "schema": {
                     "type": "object",
                     "properties": {
-                        "images": {
-                            "type": "array",
-                            "items": {"type": "string", "format": "binary"},
-                            "minItems": 1,
-                        },
+                        "images": {"type": "array", "items": _IMAGE_FILE, "minItems": 1},
+                        "image": _IMAGE_FILE,
+                        "file": _IMAGE_FILE,
                     },
-                    "required": ["images"],
+                    # Any other field is refused (parameters go in the query string).
+                    "additionalProperties": False,
+                    "anyOf": [{"required": [name]} for name in IMAGE_FIELDS],
                 }
             },
-            "image/jpeg": {"schema": {"type": "string", "format": "binary"}},
-            "image/png": {"schema": {"type": "string", "format": "binary"}},
-            "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+            **{
+                media_type: {"schema": _IMAGE_FILE}
+                for media_type in ("image/jpeg", "image/png", "image/bmp", "image/webp", *RAW_MEDIA_TYPES)
+            },
         },
     }
 }
@@ -135,81 +127,28 @@ def choose_format(requested: OutputFormat | None, accept: str | None) -> OutputF
 @router.post("/detect", responses=_RESPONSES, openapi_extra=_REQUEST_BODY, response_class=Response)
 @router.post("/v1/detect", responses=_RESPONSES, openapi_extra=_REQUEST_BODY, response_class=Response)
 async def detect(
-    request: Request,
-    query: DetectQueryDep,
-    model: ModelDep,
-    settings: SettingsDep,
-    resources: ResourcesDep,
-    lifecycle: LifecycleDep,
+    request: Request, query: DetectQueryDep, model: ModelDep, pipeline: PipelineDep, reader: BodyReaderDep
 ) -> Response:
     """Detect objects in one or several images."""
     fmt = choose_format(query.format, request.headers.get("accept"))
-    params = DetectParams(
-        query.score_threshold, query.max_detections, parse_class_filter(query.classes, model.manifest.labels)
+    classes = parse_class_filter(query.classes, model.manifest.labels)
+    options = DetectOptions(
+        DetectParams(query.score_threshold, query.max_detections, classes), fmt, query.mask_format
     )
-    started = getattr(request.state, "started_at", time.monotonic())
-    deadline = started + settings.request_timeout_ms / 1000
-    model.admit(1, deadline)  # overloaded: 429 at once, before the body is read
-    uploads = await read_uploads(request, resources.upload_limits, resources.body_budget, lifecycle.closing)
-    outcomes: list[ImageOutcome] = []
-    stages = RequestStages(model.metrics)
-    try:
-        if fmt != "json" and len(uploads.images) > 1:
-            raise BadRequest(
-                f"format {fmt!r} returns one boxed image; got {len(uploads.images)} images (send one, or "
-                "ask for json)",
-                field="format",
-            )
-        keep_original = fmt != "json"
-        if sum(len(upload.data) for upload in uploads.images) <= INLINE_PLAN_BYTES:
-            plans = plan_images(model, uploads.images, resources, keep_original)
-        else:
-            plans = await resources.scheduler.run(
-                0, plan_images, model, uploads.images, resources, keep_original
-            )
-        model.admit(len(plans), deadline)
-        with lifecycle.admitted():
-            outcomes = await cancel_on_disconnect(
-                request,
-                run_detection(
-                    model,
-                    uploads.images,
-                    plans,
-                    params,
-                    resources=resources,
-                    keep_original=keep_original,
-                    deadline=deadline,
-                    stages=stages,
-                ),
-            )
-            uploads.release()
-            response = await _respond(model, outcomes, fmt, query.mask_format, resources, stages)
-            response.headers["Server-Timing"] = stages.server_timing(time.monotonic() - started)
-            return response
-    finally:
-        uploads.release()
-        for outcome in outcomes:
-            outcome.release()
+    async with pipeline.admit(model, started_at(request), gone=disconnected(request)) as run:
+        images = await run.hold_input(reader.images(request))
+        response = _response(model, await run.detect(images, options))
+        response.headers["Server-Timing"] = run.server_timing()
+        return response
 
 
-async def _respond(
-    model: LoadedModel,
-    outcomes: list[ImageOutcome],
-    fmt: OutputFormat,
-    mask_format: MaskFormat,
-    resources: Resources,
-    stages: RequestStages,
-) -> Response:
-    if fmt == "jpeg" or fmt == "png":
-        data = await boxed_image(model, outcomes[0], fmt, resources, stages)
+def _response(model: LoadedModel, output: list[DetectionResult] | BoxedImage) -> Response:
+    if isinstance(output, BoxedImage):
         headers = {
             "X-Model": model.name,
             "X-Model-Version": model.version,
-            "X-Detections": str(len(outcomes[0].detections)),
+            "X-Detections": str(output.detections),
         }
-        return Response(data, media_type=MEDIA_TYPES[fmt], headers=headers)
-    results = await json_results(model, outcomes, resources, mask_format, stages)
-    body: DetectionResult | DetectionResults = (
-        results[0] if len(results) == 1 else DetectionResults(results=results)
-    )
+        return Response(output.data, media_type=MEDIA_TYPES[output.format], headers=headers)
+    body = output[0] if len(output) == 1 else DetectionResults(results=output)
     return Response(body.model_dump_json(exclude_none=True), media_type="application/json")

@@ -5,13 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from service.runtime.backends.base import Backend, BackendLoadError
-from service.runtime.backends.select import (
-    BackendKind,
-    create_backend,
-    gpu_present,
-    load_artifact,
-    resolve_backend,
-)
+from service.runtime.backends.machine import gpu_present
+from service.runtime.backends.select import BackendKind, create_backend, load_artifact, resolve_backend
 from service.runtime.repository import ModelEntry
 from service.settings import Settings
 

@@ -6,6 +6,11 @@ the manifest's ``precision`` (and an INT8 artifact's ``unquantized_precision``) 
 setting; the precision in effect is read back from the compiled model (`OpenVinoBackend.inference_precision`)
 and shown in /v1/models and metrics.
 
+On a CPU without bf16 units (OpenVINO's ``OPTIMIZATION_CAPABILITIES`` lacks ``BF16``) the plugin would run
+f32 anyway: an INT8 artifact whose manifest only prefers bf16 for its unquantized layers then runs them in
+f32 (logged, and reported as f32), while an explicit bf16 request (the setting, or a bf16 artifact) is
+refused with the reason, since nothing switches precision silently.
+
 Compiled models are cached in ``cache_dir`` (OpenVINO's ``CACHE_DIR``): a restart imports the compiled
 blob instead of reading, optimizing and compiling the graph again.
 """
@@ -21,6 +26,11 @@ import numpy as np
 
 from contract.manifest import Manifest
 from service.runtime.backends.base import Backend, BackendLoadError
+from service.runtime.backends.machine import (
+    INT8_DOT_PRODUCT_FLAGS,
+    cpu_has_int8_dot_product,
+    openvino_cpu_capabilities,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +58,24 @@ def precision_hint_for(manifest: Manifest, setting: str = "manifest") -> str:
     raise BackendLoadError(
         f"OpenVINO has no {manifest.precision!r} CPU inference; run this artifact on another backend or set "
         "DETECT_OPENVINO_PRECISION=f32|bf16"
+    )
+
+
+def hint_for_cpu(manifest: Manifest, setting: str, cpu_capabilities: list[str]) -> str:
+    """`precision_hint_for`, adjusted to a CPU whose OpenVINO capabilities are ``cpu_capabilities``."""
+    hint = precision_hint_for(manifest, setting)
+    if hint != "bf16" or "BF16" in cpu_capabilities:
+        return hint
+    if setting == "manifest" and manifest.precision == "int8":
+        logger.warning(
+            "this CPU has no bf16 units (OpenVINO capabilities %s): the INT8 artifact's unquantized layers "
+            "run in f32",
+            cpu_capabilities,
+        )
+        return "f32"
+    raise BackendLoadError(
+        f"bf16 inference asked for, but this CPU has no bf16 units (OpenVINO capabilities "
+        f"{cpu_capabilities}); set DETECT_OPENVINO_PRECISION=f32"
     )
 
 
@@ -82,7 +110,15 @@ class OpenVinoBackend(Backend):
                 "backend 'openvino' needs the openvino package (pip install 'detect[serve]')"
             ) from exc
         self._version = ov.__version__.split("-")[0]
-        hint = precision_hint_for(manifest, precision)
+        hint = hint_for_cpu(manifest, precision, list(openvino_cpu_capabilities()))
+        if manifest.precision == "int8" and cpu_has_int8_dot_product() is False:
+            logger.warning(
+                "%s: this CPU has no INT8 dot-product instruction (%s): OpenVINO's INT8 kernels can "
+                "saturate here, and INT8 artifacts score lower than their manifest's accuracy (measured "
+                "in docs/cpu-inference.md); their fp32 parents keep it",
+                model_path,
+                ", ".join(INT8_DOT_PRODUCT_FLAGS),
+            )
         config: dict[str, Any] = {
             "INFERENCE_PRECISION_HINT": hint,
             "PERFORMANCE_HINT": "LATENCY",

@@ -10,15 +10,12 @@ version folder (``models/<name>/<version>``), e.g. to evaluate an artifact exact
 
 from __future__ import annotations
 
-import importlib.util
-import shutil
-import subprocess
-from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
 from contract.manifest import MANIFEST_FILE, Manifest
 from service.runtime.backends.base import Backend, BackendLoadError
+from service.runtime.backends.machine import gpu_present, onnxruntime_providers, openvino_available
 from service.runtime.repository import ModelEntry
 from service.settings import Settings
 
@@ -26,35 +23,6 @@ BackendKind = Literal["cpu", "cuda", "tensorrt-ep", "tensorrt", "openvino"]
 
 CUDA_PROVIDER = "CUDAExecutionProvider"
 TENSORRT_PROVIDER = "TensorrtExecutionProvider"
-
-
-@lru_cache(maxsize=1)
-def gpu_present() -> bool:
-    """True when an NVIDIA GPU is visible: a /dev/nvidia<N> device node, or ``nvidia-smi -L`` lists one."""
-    if any(p.name[len("nvidia") :].isdigit() for p in Path("/dev").glob("nvidia*")):
-        return True
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return False
-    try:
-        result = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=10, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return result.returncode == 0 and "GPU" in result.stdout
-
-
-def openvino_available() -> bool:
-    """True when the ``openvino`` package can be imported (it is in the ``serve`` extra)."""
-    return importlib.util.find_spec("openvino") is not None
-
-
-def onnxruntime_providers() -> list[str]:
-    """Execution providers the installed onnxruntime build offers (empty if onnxruntime is missing)."""
-    try:
-        import onnxruntime
-    except ImportError:
-        return []
-    return list(onnxruntime.get_available_providers())
 
 
 NEEDS_OPENVINO = (
@@ -192,14 +160,23 @@ def create_backend(entry: ModelEntry, settings: Settings) -> Backend:
 
 
 def load_artifact(
-    version_dir: str | Path, backend: str = "auto", settings: Settings | None = None
+    version_dir: str | Path,
+    backend: str = "auto",
+    settings: Settings | None = None,
+    *,
+    manifest: Manifest | None = None,
 ) -> Backend:
     """Load the artifact in ``version_dir`` (holding manifest.json) on ``backend`` (a ``DETECT_BACKEND``
-    value), with the service's other settings from ``settings`` (default: the environment's)."""
+    value), with the service's other settings from ``settings`` (default: the environment's).
+
+    ``manifest``, when given, stands for the folder's manifest.json (an artifact checked before its
+    manifest is written); its ``file`` is the model file in ``version_dir``.
+    """
     version_dir = Path(version_dir)
-    if not (version_dir / MANIFEST_FILE).is_file():
-        raise BackendLoadError(f"{version_dir}: no {MANIFEST_FILE}; pass an artifact version folder")
-    manifest = Manifest.read(version_dir)
+    if manifest is None:
+        if not (version_dir / MANIFEST_FILE).is_file():
+            raise BackendLoadError(f"{version_dir}: no {MANIFEST_FILE}; pass an artifact version folder")
+        manifest = Manifest.read(version_dir)
     entry = ModelEntry(name=manifest.name, version=manifest.version, directory=version_dir, manifest=manifest)
     settings = (settings or Settings()).model_copy(update={"backend": backend})
     return create_backend(entry, settings)

@@ -19,7 +19,7 @@ import numpy as np
 
 from contract.manifest import Manifest
 from service.runtime.backends.base import Backend, BackendLoadError
-from service.runtime.backends.select import gpu_present
+from service.runtime.backends.machine import gpu_present
 
 logger = logging.getLogger(__name__)
 

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 from exporters_testkit import ExportedArtifact
+from machine_testkit import CPU_BF16, needs_bf16
 
 from exporters.bench.backend import COLUMNS
 from exporters.bench.cli import main
+from exporters.bench.runtimes import plan_variants
 
 
 def test_tiny_run_prints_table_breakdown_and_writes_outputs(
@@ -57,10 +59,18 @@ def test_models_compares_runtimes_and_precisions_with_ap(
     assert "2 interleaved rounds x 1 calls per variant and batch size" in out
     report = json.loads(json_path.read_text())
     variants = {v["label"].split(" (")[0]: v for v in report["variants"]}
-    assert list(variants) == ["onnxruntime fp32", "openvino f32", "openvino bf16"]
-    assert [v["inference_precision"] for v in variants.values()] == ["f32", "f32", "bf16"]
+    # Where the CPU has no bf16 units, the bf16 variant is left out and said to be.
+    bf16 = ["openvino bf16"] if CPU_BF16 else []
+    assert list(variants) == ["onnxruntime fp32", "openvino f32", *bf16]
+    assert [v["inference_precision"] for v in variants.values()] == [
+        "f32",
+        "f32",
+        *(["bf16"] if bf16 else []),
+    ]
+    assert len(report["skipped"]) == (0 if CPU_BF16 else 1)
+    assert CPU_BF16 or "skipped: openvino bf16 (" in out
     assert variants["onnxruntime fp32"]["cached_load_s"] is None
-    assert all(variants[name]["cached_load_s"] > 0 for name in ("openvino f32", "openvino bf16"))
+    assert all(variants[name]["cached_load_s"] > 0 for name in ("openvino f32", *bf16))
     assert variants["onnxruntime fp32"]["speedup"]["1"] == 1.0
     for v in variants.values():
         assert v["images_per_s"]["1"] > 0 and v["images_per_s"]["2"] > 0
@@ -69,6 +79,7 @@ def test_models_compares_runtimes_and_precisions_with_ap(
     assert abs(variants["openvino f32"]["ap"] - variants["onnxruntime fp32"]["ap"]) < 1e-3
 
 
+@needs_bf16
 def test_models_of_different_input_sizes_compare_against_their_own_fp32(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -90,3 +101,20 @@ def test_models_of_different_input_sizes_compare_against_their_own_fp32(
         variants[("ssd300-synth-int8", label)] for label in ("openvino int8", "openvino int8, bf16 rest")
     )
     assert (as_served["inference_precision"], other["inference_precision"]) == ("f32", "bf16")
+
+
+def test_without_bf16_units_the_bf16_variants_are_planned_as_skipped() -> None:
+    shipped = Path(__file__).resolve().parents[3] / "models"
+    artifacts = [shipped / "ssd300-synth" / "1", shipped / "ssd300-synth-int8" / "1"]
+    variants, skipped = plan_variants(artifacts, bf16=False)
+    assert [v.label.split(" (")[0] for v in variants] == [
+        "onnxruntime fp32",
+        "openvino f32",
+        "onnxruntime int8",
+        "openvino int8",
+    ]
+    assert skipped == [
+        "openvino bf16 (ssd300-synth/1): this CPU has no bf16 units",
+        "openvino int8, bf16 rest (ssd300-synth-int8/1): this CPU has no bf16 units",
+    ]
+    assert len(plan_variants(artifacts, bf16=True)[0]) == 6 and plan_variants(artifacts)[1] == []

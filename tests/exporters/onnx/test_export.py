@@ -15,14 +15,15 @@ from exporters.onnx.export import RAW_PREFIX
 from exporters.onnx.graph import with_outputs
 from exporters.onnx.ort_cpu import cpu_session, run_contract
 from exporters.onnx.postprocess_graph import PostprocessSettings
-from exporters.onnx.wrappers import get_wrapper
-from training.checkpoint import load_checkpoint, sha256_file
+from exporters.onnx.wrappers import wrapper_for
+from training.checkpoint import sha256_file
+from training.weights import load_checkpoint
 
 
 @pytest.fixture(scope="module")
 def wrapper(exported: ExportedArtifact):  # type: ignore[no-untyped-def]
     ckpt = load_checkpoint(exported.checkpoint)
-    return get_wrapper(ckpt.model_name)(ckpt)
+    return wrapper_for(ckpt)
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import numpy as np
 import onnx
 from exporters_testkit import ExportedArtifact
 
+from exporters.checkpoint_export import OnnxExportRequest, export_onnx
 from exporters.evaluation.verify import verify_artifact
-from exporters.onnx.export import OnnxExportRequest, export_onnx
 from exporters.onnx.graph import restore_weights_fp32, store_weights_fp16, with_outputs
 from exporters.onnx.ort_cpu import cpu_session
 from exporters.precision.fp16 import convert_to_fp16, fp16_fraction

@@ -14,6 +14,7 @@ import cv2
 import numpy as np
 import onnx
 import pytest
+from machine_testkit import needs_bf16, needs_int8_dot_product
 
 from contract.manifest import Accuracy, Manifest
 from exporters.cli import EXIT_GPU_REQUIRED, main
@@ -21,7 +22,8 @@ from exporters.evaluation.served_eval import file_sha256
 from exporters.onnx.graph import load_checked
 from exporters.precision.nncf_int8 import ignored_scope
 from exporters.precision.quantize import gate_failures
-from exporters.tensorrt.build import TensorRTExportRequest, export_tensorrt
+from exporters.tensorrt.build import export_tensorrt
+from exporters.tensorrt.config import TensorRTExportRequest
 from exporters.tensorrt.engine import gpu_unavailable_reason
 from exporters.tensorrt.ops import check_tensorrt_ops
 from training.data.synthetic import generate_dataset
@@ -85,6 +87,8 @@ def test_gate_failures_name_what_dropped() -> None:
     assert gate_failures(accuracy, 0.02) == []
 
 
+@needs_int8_dot_product
+@needs_bf16
 @pytest.mark.timeout(600)
 def test_int8_variant_passes_the_gate_and_records_its_provenance(small_val: Path, tmp_path: Path) -> None:
     output = tmp_path / "models" / "ssd300-synth-int8" / "1"

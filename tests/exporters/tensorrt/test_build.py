@@ -11,7 +11,8 @@ from exporters_testkit import ExportedArtifact
 
 from contract.manifest import Manifest
 from exporters.cli import EXIT_BAD_INPUT, EXIT_GPU_REQUIRED, main
-from exporters.tensorrt.build import TensorRTExportRequest, export_tensorrt
+from exporters.tensorrt.build import export_tensorrt
+from exporters.tensorrt.config import TensorRTExportRequest
 from exporters.tensorrt.engine import gpu_unavailable_reason
 
 NO_GPU = gpu_unavailable_reason()
@@ -67,11 +68,11 @@ def test_engine_builds_strongly_typed_and_matches_onnxruntime(
     manifest = export_tensorrt(request)
     assert (manifest.format, manifest.precision, manifest.file) == ("tensorrt", "fp16", "model.plan")
     assert cache.stat().st_size > 0
-    from service.runtime.backends.tensorrt_backend import TensorRTBackend
+    from service.served import load_backend
 
     engine = manifest.verification["engine"]
     assert engine["contract"]["passed"] and engine["detections_vs_onnxruntime"]["unexplained"] == 0
-    backend = TensorRTBackend(manifest, output / "model.plan")  # as the service serves it
+    backend = load_backend(output, "tensorrt")  # as the service serves it
     outputs = backend.infer(np.zeros((3, 300, 300, 3), np.uint8))
     backend.close()
     assert outputs["detection_boxes"].shape == (3, manifest.max_detections, 4)

@@ -1,5 +1,6 @@
 """The engine build configuration, validated against the graph with no GPU, and the engine check's
-path through the service's TensorRT backend (the backend stood in for by ONNX Runtime on the CPU)."""
+path through the service's backend loading to its TensorRT backend (stood in for by ONNX Runtime on the
+CPU)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from exporters_testkit import ExportedArtifact
 
 from contract.manifest import Manifest
 from exporters.errors import ExportError
-from exporters.tensorrt.engine import BuildConfig, check_engine
+from exporters.tensorrt.config import BuildConfig
+from exporters.tensorrt.engine import check_engine
 from service.runtime.backends import tensorrt_backend
 from service.runtime.backends.onnxruntime_backend import OnnxRuntimeBackend
 
@@ -41,7 +43,7 @@ def test_build_config_describes_its_profile() -> None:
 
 
 def test_the_engine_is_checked_through_the_service_backend_with_the_engine_manifest(
-    exported: ExportedArtifact, monkeypatch: pytest.MonkeyPatch
+    exported: ExportedArtifact, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     loaded: list[tuple[Manifest, Path]] = []
 
@@ -51,9 +53,11 @@ def test_the_engine_is_checked_through_the_service_backend_with_the_engine_manif
             super().__init__(manifest, exported.model_path)
 
     monkeypatch.setattr(tensorrt_backend, "TensorRTBackend", StandIn)
-    engine_manifest = Manifest.read(exported.directory).model_copy(update={"max_batch_size": 4})
-    report = check_engine(Path("model.plan"), onnx.load(str(exported.model_path)), engine_manifest)
-    assert loaded == [(engine_manifest, Path("model.plan"))]
+    engine_manifest = Manifest.read(exported.directory).model_copy(
+        update={"format": "tensorrt", "file": "model.plan", "max_batch_size": 4}
+    )
+    report = check_engine(tmp_path, onnx.load(str(exported.model_path)), engine_manifest)
+    assert loaded == [(engine_manifest, tmp_path / "model.plan")]
     assert report["contract"] == {"passed": True, "problems": []}
     matches = report["detections_vs_onnxruntime"]
     assert matches["unexplained"] == 0 and matches["matched"] > 0

@@ -1,4 +1,4 @@
-"""Reading uploads: multipart parsing details, and cancelling work when the client disconnects."""
+"""Reading uploads: multipart parsing details, and noticing when the client disconnects."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from service.errors import BadRequest
-from service.http.uploads import ClientClosedRequest, cancel_on_disconnect, parse_multipart
+from service.http.uploads import disconnected, parse_multipart
 
 
 def test_parse_multipart_keeps_names_filenames_and_bytes() -> None:
@@ -35,46 +35,17 @@ def test_multipart_part_without_a_name_is_rejected() -> None:
         parse_multipart(body, "multipart/form-data; boundary=B")
 
 
-class FakeDisconnectingRequest:
-    """The one thing `cancel_on_disconnect` uses: ``receive()``, here delivering a disconnect on cue."""
+class FakeRequest:
+    """The one thing `disconnected` uses: ``receive()``, delivering ``messages`` in order."""
 
-    def __init__(self) -> None:
-        self.disconnect = asyncio.Event()
+    def __init__(self, *messages: dict[str, Any]) -> None:
+        self.messages = list(messages)
 
     async def receive(self) -> dict[str, Any]:
-        await self.disconnect.wait()
-        return {"type": "http.disconnect"}
+        return self.messages.pop(0)
 
 
-def test_work_is_cancelled_when_the_client_disconnects() -> None:
-    async def scenario() -> None:
-        request = FakeDisconnectingRequest()
-        started, cancelled = asyncio.Event(), asyncio.Event()
-
-        async def work() -> str:
-            started.set()
-            try:
-                await asyncio.Event().wait()  # e.g. waiting for a batch
-            except asyncio.CancelledError:
-                cancelled.set()
-                raise
-            return "never"
-
-        task = asyncio.ensure_future(cancel_on_disconnect(request, work()))  # type: ignore[arg-type]
-        await started.wait()
-        request.disconnect.set()
-        with pytest.raises(ClientClosedRequest):
-            await task
-        assert cancelled.is_set()
-
-    asyncio.run(scenario())
-
-
-def test_finished_work_returns_its_result() -> None:
-    async def scenario() -> None:
-        async def work() -> str:
-            return "done"
-
-        assert await cancel_on_disconnect(FakeDisconnectingRequest(), work()) == "done"  # type: ignore[arg-type]
-
-    asyncio.run(scenario())
+def test_disconnected_returns_at_the_disconnect_message() -> None:
+    request = FakeRequest({"type": "http.request", "body": b""}, {"type": "http.disconnect"})
+    asyncio.run(disconnected(request)())  # type: ignore[arg-type]
+    assert request.messages == []

@@ -75,3 +75,27 @@ def test_releasing_more_than_granted_is_a_bug() -> None:
     budget = MemoryBudget("image", 10)
     with pytest.raises(RuntimeError, match="released more than it granted"):
         budget.release(1)
+
+
+def test_a_hold_is_given_back_however_its_block_ends() -> None:
+    async def scenario() -> None:
+        budget = MemoryBudget("image", 100)
+        async with budget.hold(60, 1):
+            assert budget.used == 60
+        with pytest.raises(ValueError):
+            async with budget.hold(60, 1):
+                raise ValueError("bad image")
+        entered = asyncio.Event()
+
+        async def held_forever() -> None:
+            async with budget.hold(60, 1):
+                entered.set()
+                await asyncio.Event().wait()
+
+        task = asyncio.ensure_future(held_forever())
+        await entered.wait()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        assert budget.used == 0
+
+    asyncio.run(scenario())

@@ -12,13 +12,13 @@ import pytest
 import torch
 from detectors_testkit import FABRICATED
 
-from exporters.onnx.export import OnnxExportRequest, export_onnx
+from exporters.checkpoint_export import OnnxExportRequest, export_onnx
 from exporters.onnx.wrappers import UnsupportedArchitectureError, get_wrapper
-from training.checkpoint import load_checkpoint
 from training.cli import build_parser
 from training.config import PRESETS
 from training.data.loader import LoaderRequest
 from training.detectors.registry import ENTRIES, get_detector, get_task, model_names
+from training.weights import load_checkpoint
 
 
 def test_each_folder_defines_exactly_the_names_of_its_registry_line() -> None:

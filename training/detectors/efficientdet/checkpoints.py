@@ -1,6 +1,6 @@
 """EfficientDet-D0 weights people already have, as ``efficientdet-d0`` checkpoints.
 
-Recognised layouts (``training.checkpoint.load_checkpoint`` dispatches here):
+Recognised layouts (``training.weights.load_checkpoint`` dispatches here):
 
 - effdet's published files (``tf_efficientdet_d0_34-f153e0cf.pth``, ``efficientdet_d0-f3276ba8.pth``):
   a bare state dict of effdet's ``EfficientDet`` (``backbone.*`` in timm's naming, ``fpn.*``,
@@ -18,7 +18,7 @@ Variant (``backbone`` model argument) from the weights: NVIDIA's backbone names 
 ``nvidia_efficientnet_b0``; the TF port's redundant conv biases -> ``tf_efficientnet_b0``; otherwise
 ``efficientnet_b0``. With 90 classes, labels are COCO category ids 1..90 (as the TF-ported weights).
 The EMA weights (``state_dict_ema``), when present, become the checkpoint's ``model_ema``: what
-``Checkpoint.build()`` (evaluation, export) uses.
+``training.weights.build_checkpoint_model`` (evaluation, export) uses.
 """
 
 from __future__ import annotations

@@ -119,7 +119,7 @@ def build_efficientdet_train_pipeline(
     pipeline_def: Any = importlib.import_module("nvidia.dali").pipeline_def
     on_gpu = shard.device_id is not None
 
-    @pipeline_def(**pipeline_args(shard))
+    @pipeline_def(**pipeline_args(shard))  # type: ignore[untyped-decorator]  # DALI is untyped
     def pipeline() -> tuple[Any, ...]:
         jpegs, boxes, labels, image_ids = coco_reader(images_dir, annotation_file, shard, shuffle=shuffle)
         height, width = _image_size(jpegs)  # peeked before decoding, as the window needs it

@@ -18,7 +18,7 @@ aspect ratio.
 from __future__ import annotations
 
 import types
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, cast
 
 import numpy as np
 import torch
@@ -69,7 +69,7 @@ def _combine_by_adds(self: Any, x: list[Tensor]) -> Tensor:  # self: effdet's Fp
     out = terms[0]
     for term in terms[1:]:
         out = out + term
-    return out
+    return cast("Tensor", out)
 
 
 def fuse_by_adds(model: nn.Module) -> nn.Module:
@@ -122,11 +122,11 @@ class EfficientDetWrapper(ExportWrapper):
     # the BiFPN or the backbone instead left the loss at 0.021-0.023 (docs/quantization.md).
     int8_ignored_patterns: ClassVar[tuple[str, ...]] = (r"^.*/fpn/.*/combine/[^/]+$", r"^.*/class_net/")
 
-    def __init__(self, checkpoint: Checkpoint) -> None:
+    def __init__(self, checkpoint: Checkpoint, network: nn.Module) -> None:
         from training.detectors.efficientdet.model import EfficientDetD0, anchor_boxes
         from training.detectors.efficientdet.postprocess import anchors_xywh
 
-        super().__init__(checkpoint)
+        super().__init__(checkpoint, network)
         model = self.network
         if not isinstance(model, EfficientDetD0):
             raise TypeError(f"efficientdet-d0 checkpoint built a {type(model).__name__}, not EfficientDetD0")

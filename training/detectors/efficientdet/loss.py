@@ -9,7 +9,7 @@ sigmoid focal loss (alpha 0.25, gamma 1.5) over all anchors and classes plus 50 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from torch import Tensor, nn
 
@@ -50,4 +50,4 @@ class EfficientDetLoss(nn.Module):
             class_outputs, box_outputs, cls_targets, box_targets, num_positives
         )
         self.last = {"class_loss": float(class_loss.detach()), "box_loss": float(box_loss.detach())}
-        return loss
+        return cast("Tensor", loss)

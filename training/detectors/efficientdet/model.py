@@ -30,7 +30,7 @@ Never downloads: the backbone starts random or from a weights file the user name
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -86,7 +86,7 @@ def efficientdet_d0_config(num_classes: int, backbone: str, image_size: int) -> 
     return config
 
 
-class EfficientDetD0(EfficientDet):
+class EfficientDetD0(EfficientDet):  # type: ignore[misc]  # effdet base class, untyped
     """effdet's ``EfficientDet`` for D0 (see the module docstring for the tensor contract).
 
     The state dict is effdet's own (``backbone.*``, ``fpn.*``, ``class_net.*``, ``box_net.*``), so
@@ -117,7 +117,7 @@ class EfficientDetD0(EfficientDet):
 
 def anchor_boxes(model: EfficientDetD0) -> Tensor:
     """effdet's anchors for ``model``'s input size: ``[A, 4]`` y1, x1, y2, x2 pixels (float32)."""
-    return Anchors.from_config(model.config).boxes
+    return cast("Tensor", Anchors.from_config(model.config).boxes)
 
 
 def _read_weights(path: Path) -> dict[str, Tensor]:

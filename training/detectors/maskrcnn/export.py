@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -251,7 +251,7 @@ class MaskRCNNMaskHead(nn.Module):
         channel = classes.reshape(-1)[index].to(torch.int64) + 1  # contract index 0..C-1 -> label 1..C
         picked = logits.gather(1, channel.reshape(-1, 1, 1, 1).expand(-1, 1, m, m)).squeeze(1)
         masks = picked.new_zeros((valid.shape[0], m, m)).index_put((index,), picked.sigmoid())
-        return masks.reshape(-1, k, m, m)
+        return cast("Tensor", masks.reshape(-1, k, m, m))
 
 
 class MaskRCNNWrapper(ExportWrapper):
@@ -281,8 +281,8 @@ class MaskRCNNWrapper(ExportWrapper):
         r".*RoiAlign.*",
     )
 
-    def __init__(self, checkpoint: Checkpoint) -> None:
-        super().__init__(checkpoint)
+    def __init__(self, checkpoint: Checkpoint, network: nn.Module) -> None:
+        super().__init__(checkpoint, network)
         model = self.network
         if not isinstance(model, MaskRCNN):
             raise TypeError(f"{self.architecture} checkpoint built a {type(model).__name__}, not MaskRCNN")
@@ -304,7 +304,9 @@ class MaskRCNNWrapper(ExportWrapper):
     @property
     def num_proposals(self) -> int:
         rpn = self.model.rpn  # in eval mode: its test-time top-n
-        return min(rpn.post_nms_top_n(), sum(min(rpn.pre_nms_top_n(), n) for n in self.level_sizes))
+        return cast(
+            "int", min(rpn.post_nms_top_n(), sum(min(rpn.pre_nms_top_n(), n) for n in self.level_sizes))
+        )
 
     @property
     def num_anchors(self) -> int:

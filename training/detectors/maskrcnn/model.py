@@ -24,7 +24,7 @@ Tensor contract (torchvision's, with this project's conventions):
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 from torch import Tensor, nn
@@ -135,7 +135,7 @@ def maskrcnn_resnet50_fpn(
     if norm == "frozen":
 
         def norm_layer(channels: int) -> nn.Module:
-            return misc_nn_ops.FrozenBatchNorm2d(channels, eps=norm_eps)
+            return cast("nn.Module", misc_nn_ops.FrozenBatchNorm2d(channels, eps=norm_eps))
 
     body = _RESNETS[backbone](weights=None, norm_layer=norm_layer)
     if backbone_weights is not None:
@@ -227,4 +227,4 @@ def detect(model: MaskRCNN, images: Tensor) -> list[dict[str, Tensor]]:
         features = OrderedDict([("0", features)])
     proposals, _ = model.rpn(ImageList(images, sizes), features)
     detections, _ = model.roi_heads(features, proposals, sizes)
-    return detections
+    return cast("list[dict[str, Tensor]]", detections)

@@ -48,7 +48,7 @@ class MaskRCNNTask:
         self.input_size = (size, size)
 
     def build_model(self, backbone_weights: str | None = None) -> nn.Module:
-        return type(self).builder(**self.model_args, backbone_weights=backbone_weights)
+        return cast("nn.Module", type(self).builder(**self.model_args, backbone_weights=backbone_weights))
 
     def build_criterion(self) -> nn.Module:
         return MaskRCNNLoss()
@@ -76,7 +76,7 @@ class MaskRCNNTask:
             for i, (h, w) in enumerate(sizes)
         ]
         device_targets = [{k: v.to(device, non_blocking=True) for k, v in t.items()} for t in targets]
-        return criterion(model(inputs, device_targets))
+        return cast("Tensor", criterion(model(inputs, device_targets)))
 
     @torch.no_grad()
     def predict(self, model: nn.Module, images: Tensor) -> list[Prediction]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -43,4 +44,4 @@ class ResNetBackbone(nn.Module):
             block.downsample[0].stride = (1, 1)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.feature_extractor(x)
+        return cast("Tensor", self.feature_extractor(x))

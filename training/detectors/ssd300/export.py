@@ -49,8 +49,8 @@ class SSD300Wrapper(ExportWrapper):
     architecture = "ssd300"
     raw_output_names: ClassVar[tuple[str, ...]] = ("locs", "confs")
 
-    def __init__(self, checkpoint: Checkpoint) -> None:
-        super().__init__(checkpoint)
+    def __init__(self, checkpoint: Checkpoint, network: nn.Module) -> None:
+        super().__init__(checkpoint, network)
         if not isinstance(self.network, SSD300):
             raise TypeError(f"ssd300 checkpoint built a {type(self.network).__name__}, not SSD300")
         self.boxes_config = self.network.boxes

@@ -83,12 +83,12 @@ def ssd_train_loader(
 ) -> TrainLoader:
     """An SSD-style training loader of ``request.kind`` (see the module docstring for what it yields):
     SSD300's by default; ``transforms`` (torch), ``dali_options`` (the DALI pipeline's crop and colour
-    options, see :func:`training.data.dali_ssd.build_ssd_train_pipeline`) and ``anchors_xyxy`` give
+    options, see :func:`training.detectors.ssd300.dali.build_ssd_train_pipeline`) and ``anchors_xyxy`` give
     another SSD-style detector its own augmentation and anchors."""
     r = request
 
     def dali() -> TrainLoader:
-        from training.data.dali_ssd import DaliSSDLoader
+        from training.detectors.ssd300.dali import DaliSSDLoader
 
         return DaliSSDLoader(
             **r.dali_args(),

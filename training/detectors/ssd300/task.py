@@ -51,8 +51,9 @@ class SSD300Task:
         images, boxes, labels = batch
         images = images_to(images, model, device)
         locs, confs = model(images)
-        return criterion(
-            locs, confs, boxes.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+        return cast(
+            "Tensor",
+            criterion(locs, confs, boxes.to(device, non_blocking=True), labels.to(device, non_blocking=True)),
         )
 
     @torch.no_grad()

@@ -1,6 +1,6 @@
 """SSD300 augmentation for the plain PyTorch DataLoader, with the DALI pipeline's semantics.
 
-Train order (as NVIDIA's DALI pipeline, ``training.data.dali_ssd``): SSD random IoU crop -> horizontal
+Train order (as NVIDIA's DALI pipeline, ``training.detectors.ssd300.dali``): SSD random IoU crop -> horizontal
 flip (p = 0.5) -> resize straight to ``size x size`` -> colour twist (hue, saturation, brightness,
 contrast) -> scale to 0-1 and ImageNet-normalize. Evaluation: resize + normalize only.
 
@@ -14,7 +14,7 @@ target keys pass through. Masks are not carried (SSD has no mask head): a ``mask
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import cv2
 import numpy as np
@@ -95,7 +95,7 @@ def _box_iou(boxes: NDArray[np.float32], crop: NDArray[np.float32]) -> NDArray[n
     inter = np.prod(np.clip(rb - lt, 0, None), axis=1)
     area_b = np.prod(boxes[:, 2:] - boxes[:, :2], axis=1)
     area_c = float(np.prod(crop[2:] - crop[:2]))
-    return inter / np.maximum(area_b + area_c - inter, 1e-12)
+    return cast("NDArray[np.float32]", inter / np.maximum(area_b + area_c - inter, 1e-12))
 
 
 def random_iou_crop(

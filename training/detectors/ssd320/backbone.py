@@ -44,7 +44,7 @@ def batch_norm(channels: int) -> nn.BatchNorm2d:
     return nn.BatchNorm2d(channels, eps=BN_EPS, momentum=BN_MOMENTUM)
 
 
-class LastLevelP6P7BN(ExtraFPNBlock):
+class LastLevelP6P7BN(ExtraFPNBlock):  # type: ignore[misc]  # torchvision base class, untyped
     """P6 = ReLU6(BN(conv3x3/2(P5))), P7 = ReLU6(BN(conv3x3/2(P6))), appended to the FPN's outputs."""
 
     def __init__(self, channels: int = FPN_CHANNELS) -> None:

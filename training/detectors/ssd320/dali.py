@@ -1,6 +1,6 @@
 """SSD320 training input in NVIDIA DALI: TF's flip + random crop, then the SSD320 anchors.
 
-:class:`training.data.dali_ssd.DaliSSDLoader` with ``crop=TF_RANDOM_CROP, color_twist=False``: COCO
+:class:`training.detectors.ssd300.dali.DaliSSDLoader` with ``crop=TF_RANDOM_CROP, color_twist=False``: COCO
 reader -> crop window of TF's ``random_crop_image`` (``fn.random_crop_generator``: area 0.75-1 of the
 image, width / height 0.75-3 in pixels) placed uniformly and applied to the boxes by
 ``fn.random_bbox_crop`` (boxes with any part inside kept and clipped, the rest dropped:
@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from training.data.dali_ssd import DaliCrop
+from training.detectors.ssd300.dali import DaliCrop
 from training.detectors.ssd320.transforms import CROP_AREA, CROP_ASPECT, CROP_ATTEMPTS
 
 __all__ = ["TF_RANDOM_CROP", "tf_random_crop"]
@@ -58,5 +58,5 @@ def tf_random_crop(jpegs: Any, boxes: Any, labels: Any) -> tuple[Any, Any, Any, 
     return crop_begin, crop_size, boxes, labels
 
 
-# SSD320's augmentation in :class:`training.data.dali_ssd.DaliSSDLoader`: this crop, no colour twist.
+# SSD320's augmentation in :class:`training.detectors.ssd300.dali.DaliSSDLoader`: this crop, no colour twist.
 TF_RANDOM_CROP = DaliCrop(tf_random_crop, in_pixels=True)

@@ -47,8 +47,8 @@ class SSD320Wrapper(ExportWrapper):
     architecture = "ssd320"
     raw_output_names: ClassVar[tuple[str, ...]] = ("box_regression", "cls_logits")
 
-    def __init__(self, checkpoint: Checkpoint) -> None:
-        super().__init__(checkpoint)
+    def __init__(self, checkpoint: Checkpoint, network: nn.Module) -> None:
+        super().__init__(checkpoint, network)
         if not isinstance(self.network, SSD320):
             raise TypeError(f"ssd320 checkpoint built a {type(self.network).__name__}, not SSD320")
         self.image_size = self.network.image_size

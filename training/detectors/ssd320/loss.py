@@ -10,6 +10,8 @@ localization term is also divided by the code size 4 (``normalize_loc_loss_by_co
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -52,4 +54,4 @@ class FocalLoss(nn.Module):
             gt_boxes[positive], self.anchors.expand_as(gt_boxes)[positive], BOX_CODE_WEIGHTS
         )
         box_loss = F.smooth_l1_loss(box_regression[positive], box_targets, beta=1.0, reduction="sum")
-        return (cls_loss + box_loss / 4.0) / num_matches
+        return cast("Tensor", (cls_loss + box_loss / 4.0) / num_matches)

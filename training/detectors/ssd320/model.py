@@ -17,6 +17,7 @@ from ImageNet weights; from scratch it must stay off.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 from torch import Tensor, nn
 
@@ -65,4 +66,4 @@ class SSD320(nn.Module):
                 f"images must be [N, {expected[0]}, {expected[1]}, {expected[2]}] (the anchors are laid "
                 f"out for image_size {self.image_size}), got {tuple(images.shape)}"
             )
-        return self.head(self.backbone(images))
+        return cast("tuple[Tensor, Tensor]", self.head(self.backbone(images)))

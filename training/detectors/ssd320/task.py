@@ -70,11 +70,14 @@ class SSD320Task:
         images, boxes, labels = batch
         images = images_to(images, model, device)
         box_regression, cls_logits = model(images)
-        return criterion(
-            box_regression,
-            cls_logits,
-            boxes.to(device, non_blocking=True),
-            labels.to(device, non_blocking=True),
+        return cast(
+            "Tensor",
+            criterion(
+                box_regression,
+                cls_logits,
+                boxes.to(device, non_blocking=True),
+                labels.to(device, non_blocking=True),
+            ),
         )
 
     @torch.no_grad()

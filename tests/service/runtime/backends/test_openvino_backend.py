@@ -13,12 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
+from machine_testkit import CPU_BF16, needs_bf16
 from service_testkit import PROJECT, add_toy_model
 
 from contract.manifest import Manifest
 from service.runtime.backends import BackendLoadError, create_backend, load_artifact, resolve_backend
 from service.runtime.backends.onnxruntime_backend import OnnxRuntimeBackend
-from service.runtime.backends.openvino_backend import OpenVinoBackend, precision_hint_for
+from service.runtime.backends.openvino_backend import OpenVinoBackend, hint_for_cpu, precision_hint_for
 from service.runtime.repository import RepositoryError, scan_repository
 from service.settings import Settings
 
@@ -96,6 +97,7 @@ def test_ssd300_outputs_equal_onnxruntime_at_f32(tmp_path: Path) -> None:
     assert_same_outputs(ov_out, ort_out, atol=1e-3)
 
 
+@needs_bf16
 def test_bf16_is_explicit_and_reported(tmp_path: Path) -> None:
     forced = load_artifact(SSD300, "openvino", settings(tmp_path, openvino_precision="bf16"))
     assert forced.inference_precision == "bf16" and forced.description.endswith(",CPU,bf16]")
@@ -127,6 +129,30 @@ def test_precision_hint_rule(precision: str, unquantized: str | None, setting: s
         update={"precision": precision, "unquantized_precision": unquantized}
     )
     assert precision_hint_for(manifest, setting) == hint
+
+
+@pytest.mark.parametrize(
+    ("precision", "unquantized", "setting", "capabilities", "hint"),
+    [
+        ("int8", "bf16", "manifest", ["FP32", "BF16", "INT8"], "bf16"),
+        ("int8", "bf16", "manifest", ["FP32", "INT8"], "f32"),  # a preference: falls back, logged
+        ("fp32", None, "manifest", ["FP32", "INT8"], "f32"),
+    ],
+)
+def test_hint_follows_the_cpu_where_the_manifest_only_prefers_bf16(
+    precision: str, unquantized: str | None, setting: str, capabilities: list[str], hint: str
+) -> None:
+    manifest = Manifest.read(SSD300).model_copy(
+        update={"precision": precision, "unquantized_precision": unquantized}
+    )
+    assert hint_for_cpu(manifest, setting, capabilities) == hint
+
+
+@pytest.mark.parametrize(("precision", "setting"), [("fp32", "bf16"), ("bf16", "manifest")])
+def test_an_explicit_bf16_request_on_a_cpu_without_bf16_is_refused(precision: str, setting: str) -> None:
+    manifest = Manifest.read(SSD300).model_copy(update={"precision": precision})
+    with pytest.raises(BackendLoadError, match=r"this CPU has no bf16 units.*DETECT_OPENVINO_PRECISION=f32"):
+        hint_for_cpu(manifest, setting, ["FP32", "INT8"])
 
 
 def test_fp16_artifact_needs_an_explicit_precision() -> None:
@@ -185,6 +211,7 @@ def test_ir_artifact_refuses_onnxruntime(tmp_path: Path) -> None:
         load_artifact(write_ir(tmp_path), "cpu", settings(tmp_path))
 
 
+@needs_bf16
 def test_v1_models_and_metrics_report_the_precision_in_effect(
     make_client: Callable[..., TestClient], tmp_path: Path
 ) -> None:
@@ -266,12 +293,15 @@ def test_int8_artifact_runs_its_unquantized_layers_as_its_manifest_says(tmp_path
     (artifact / "model.onnx").symlink_to(shipped / "model.onnx")
     Manifest.read(shipped).model_copy(update={"unquantized_precision": "bf16"}).write(artifact)
     backend = load_artifact(artifact, "auto", settings(tmp_path))
-    assert isinstance(backend, OpenVinoBackend) and backend.inference_precision == "bf16"
+    # Where the CPU has no bf16 units, the manifest's preference falls back to f32, and says so.
+    in_effect = "bf16" if CPU_BF16 else "f32"
+    assert isinstance(backend, OpenVinoBackend) and backend.inference_precision == in_effect
     assert load_artifact(shipped, "auto", settings(tmp_path)).inference_precision == "f32"
     # ONNX Runtime has no such switch: it computes them in f32, and says so.
     assert load_artifact(artifact, "cpu", settings(tmp_path)).inference_precision == "f32"
 
 
+@needs_bf16
 def test_auto_follows_a_bf16_setting_to_openvino(tmp_path: Path) -> None:
     (entry,) = scan_repository(add_toy_model(tmp_path / "repo", "toy").parent.parent)
     backend = create_backend(entry, settings(tmp_path, openvino_precision="bf16"))  # an fp32 artifact

@@ -16,9 +16,10 @@ import pytest
 import torch
 from torch import Tensor
 
-from training.checkpoint import Checkpoint, CheckpointError, load_checkpoint
+from training.checkpoint import Checkpoint, CheckpointError
 from training.detectors.efficientdet.effdet_compat import EfficientDet, get_efficientdet_config
 from training.detectors.efficientdet.model import EfficientDetD0
+from training.weights import build_checkpoint_model, load_checkpoint
 
 
 def effdet_model(name: str, image_size: int | None = None, num_classes: int | None = None) -> Any:
@@ -55,7 +56,7 @@ def test_effdet_published_state_dict_loads(tmp_path: Path, name: str, backbone: 
     assert ckpt.model_args == {"num_classes": 90, "backbone": backbone, "image_size": 512}
     assert [c["id"] for c in ckpt.categories] == list(range(1, 91))
     assert ckpt.categories[0]["name"] == "person" and ckpt.categories[11]["name"] == "street sign"
-    model = ckpt.build()  # strict
+    model = build_checkpoint_model(ckpt)  # strict
     assert isinstance(model, EfficientDetD0)
     loaded = model.state_dict()
     assert loaded.keys() == state.keys()
@@ -162,7 +163,7 @@ def test_nvidia_training_checkpoint_loads_with_ema_and_padded_head(tmp_path: Pat
     assert ckpt.source == "nvidia-efficientdet" and ckpt.epoch == 299
     assert ckpt.model_args == {"num_classes": 90, "backbone": "nvidia_efficientnet_b0", "image_size": 512}
     assert ckpt.model_ema is not None
-    model = ckpt.build()  # strict, and from the EMA weights
+    model = build_checkpoint_model(ckpt)  # strict, and from the EMA weights
     loaded = model.state_dict()
     assert len(loaded) == 748
 
@@ -213,7 +214,7 @@ def test_nvidia_processed_state_dict_with_prefix(tmp_path: Path, prefix: str) ->
     torch.save(state, tmp_path / "Effdet_B0.pth")
     ckpt = load_checkpoint(tmp_path / "Effdet_B0.pth")
     assert ckpt.model_args["num_classes"] == 8 and ckpt.model_ema is None
-    ckpt.build()
+    build_checkpoint_model(ckpt)
 
 
 def test_other_efficientdet_sizes_are_refused(tmp_path: Path) -> None:
@@ -238,5 +239,5 @@ def test_own_checkpoint_round_trips_ema(tmp_path: Path) -> None:
 
     loaded = load_checkpoint(save_checkpoint(ckpt, tmp_path / "c.pt"))
     assert loaded.model_ema is not None and loaded.model.keys() == loaded.model_ema.keys()
-    built = loaded.build().state_dict()
+    built = build_checkpoint_model(loaded).state_dict()
     assert all(torch.equal(built[k], v) for k, v in ema.items())  # inference uses the EMA weights

@@ -13,19 +13,19 @@ from detectors_testkit import make_efficientdet_checkpoint
 from exporters_testkit import ExportedArtifact
 
 from contract.manifest import Manifest
+from exporters.checkpoint_export import OnnxExportRequest, export_onnx
 from exporters.evaluation.coco_ap import evaluate_split
 from exporters.evaluation.compare import Detections, match_detections, summarize_matches
 from exporters.evaluation.verify import generated_batches, manifest_resize, verify_artifact
-from exporters.onnx.export import OnnxExportRequest, export_onnx
 from exporters.onnx.graph import with_outputs
 from exporters.onnx.ort_cpu import cpu_session, run_contract
-from exporters.onnx.wrappers import get_wrapper
+from exporters.onnx.wrappers import wrapper_for
 from exporters.precision.fp16 import Fp16Tolerances, compare_fp16, convert_to_fp16
-from training.checkpoint import load_checkpoint
 from training.data.coco import load_coco, resolve_split
 from training.data.letterbox import letterbox_geometry, letterbox_resize
 from training.detectors.efficientdet.export import EfficientDetWrapper
 from training.detectors.efficientdet.postprocess import PostprocessConfig, detections
+from training.weights import load_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,7 @@ def effdet_export(tmp_path_factory: pytest.TempPathFactory) -> ExportedArtifact:
 
 
 def wrapper_of(artifact: ExportedArtifact) -> EfficientDetWrapper:
-    wrapper = get_wrapper("efficientdet-d0")(load_checkpoint(artifact.checkpoint))
+    wrapper = wrapper_for(load_checkpoint(artifact.checkpoint), "efficientdet-d0")
     assert isinstance(wrapper, EfficientDetWrapper)
     return wrapper
 
@@ -73,7 +73,7 @@ def test_graph_runs_the_ema_weights(effdet_export: ExportedArtifact) -> None:
     np.testing.assert_allclose(graph[0], eager_ema[0].numpy(), atol=1e-4 * np.abs(graph[0]).max())
     ckpt = load_checkpoint(effdet_export.checkpoint)
     ckpt.model_ema = None  # the raw (non-averaged) weights
-    raw_wrapper = get_wrapper("efficientdet-d0")(ckpt)
+    raw_wrapper = wrapper_for(ckpt, "efficientdet-d0")
     assert np.abs(raw_wrapper.raw_outputs(batch)[0].numpy() - graph[0]).max() > 1e-2
 
 
@@ -184,7 +184,8 @@ def test_fp16_graph_keeps_detections_close(effdet_export: ExportedArtifact) -> N
 def test_tensorrt_engine_builds_from_the_artifact(effdet_export: ExportedArtifact, tmp_path: Path) -> None:
     if not torch.cuda.is_available():
         pytest.skip("needs an NVIDIA GPU with TensorRT: the engine build runs on the GPU")
-    from exporters.tensorrt.build import TensorRTExportRequest, export_tensorrt
+    from exporters.tensorrt.build import export_tensorrt
+    from exporters.tensorrt.config import TensorRTExportRequest
 
     manifest = export_tensorrt(
         TensorRTExportRequest(

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from training.checkpoint import load_checkpoint
 from training.config import PRESETS, make_config
 from training.evaluate import run_eval
 from training.train import main as train_main
+from training.weights import load_checkpoint
 
 TINY = {
     "model_args": {"image_size": 128},

@@ -20,6 +20,7 @@ from torchvision.ops.poolers import LevelMapper
 
 from contract.manifest import MASK_OUTPUT, Manifest
 from exporters.bench.backend import add_arguments, run_bench
+from exporters.checkpoint_export import OnnxExportRequest, export_onnx
 from exporters.errors import ExportError
 from exporters.evaluation.verify import (
     generated_batches,
@@ -27,17 +28,16 @@ from exporters.evaluation.verify import (
     raw_names_from_manifest,
     verify_artifact,
 )
-from exporters.onnx.export import OnnxExportRequest, export_onnx
-from exporters.onnx.wrappers import get_wrapper
+from exporters.onnx.wrappers import wrapper_for
 from exporters.precision.fp16 import compare_fp16, convert_to_fp16, fp16_scopes
 from exporters.tensorrt.ops import check_tensorrt_ops
 from service.app import create_app
-from training.checkpoint import load_checkpoint
 from training.data.letterbox import letterbox_resize
 from training.data.synthetic import render_sample
 from training.detectors.maskrcnn.export import MultiScaleRoIAlign
 from training.detectors.maskrcnn.model import PAD_VALUE, detect, normalize
 from training.masks import mask_iou, paste_masks, rle_to_mask
+from training.weights import build_checkpoint_model, load_checkpoint
 
 SIZE = MASKRCNN_SIZE
 
@@ -97,7 +97,7 @@ def test_every_op_is_tensorrt_supported_and_fp16_keeps_the_contract(mask_artifac
 
 
 def test_flattening_and_levels_are_torchvisions(mask_checkpoint: Path) -> None:
-    wrapper = get_wrapper("maskrcnn_resnet50_fpn")(load_checkpoint(mask_checkpoint))
+    wrapper = wrapper_for(load_checkpoint(mask_checkpoint), "maskrcnn_resnet50_fpn")
     images = torch.randint(0, 256, (2, SIZE, SIZE, 3), dtype=torch.uint8).numpy()
     objectness, deltas, *features = wrapper.raw_outputs(images)
     logits, regression = wrapper.model.rpn.head(features)
@@ -119,7 +119,7 @@ def test_per_class_topk_below_the_proposals_is_refused(mask_checkpoint: Path, tm
 
 def test_served_rle_masks_are_the_eager_models_masks(mask_artifact: Path, mask_checkpoint: Path) -> None:
     """POST /detect on the artifact: each RLE decodes (pycocotools) to the mask eager torchvision pastes."""
-    model = load_checkpoint(mask_checkpoint).build().eval()
+    model = build_checkpoint_model(load_checkpoint(mask_checkpoint)).eval()
     client = start_client(create_app(make_settings(mask_artifact.parents[1], max_batch_size=2)))
     try:
         rng = np.random.default_rng(5)

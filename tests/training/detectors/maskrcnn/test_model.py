@@ -8,7 +8,6 @@ from torchvision.models.detection import maskrcnn_resnet50_fpn_v2 as tv_maskrcnn
 from torchvision.models.detection.transform import GeneralizedRCNNTransform
 from torchvision.ops.misc import FrozenBatchNorm2d
 
-from training.checkpoint import load_checkpoint
 from training.detectors.maskrcnn.model import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -19,6 +18,7 @@ from training.detectors.maskrcnn.model import (
 )
 from training.detectors.maskrcnn.weights import coco91_categories
 from training.train import load_initial_weights
+from training.weights import build_checkpoint_model, load_checkpoint
 
 
 def _published_v1_state() -> dict[str, torch.Tensor]:
@@ -44,7 +44,7 @@ def test_torchvision_v1_file_loads_as_a_checkpoint_strictly(tmp_path: Path) -> N
     }
     assert ckpt.categories[0] == {"id": 1, "name": "person"}
     assert ckpt.categories[11] == {"id": 12, "name": "N/A"}  # an id COCO 2017 does not use
-    model = ckpt.build()  # strict
+    model = build_checkpoint_model(ckpt)  # strict
     assert isinstance(model.backbone.body.bn1, FrozenBatchNorm2d) and model.backbone.body.bn1.eps == 0.0
     torch.testing.assert_close(
         model.roi_heads.mask_predictor.mask_fcn_logits.weight,

@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from training.arguments import config_from_args
-from training.checkpoint import load_checkpoint
 from training.cli import build_parser
 from training.config import PRESETS, make_config
 from training.data.loader import LoaderRequest
 from training.detectors.registry import get_task
 from training.train import main as train_main
+from training.weights import load_checkpoint
 
 TINY = {
     "backbone": "resnet18",

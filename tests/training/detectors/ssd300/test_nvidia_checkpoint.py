@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from training.checkpoint import load_checkpoint
+from training.weights import build_checkpoint_model, load_checkpoint
 
 KEYS = Path(__file__).parent / "data" / "nvidia_ssd300_resnet50_keys.txt"
 _LINE = re.compile(r"^(\S+) \(([\d, ]*)\) (\w+)$")
@@ -47,7 +47,7 @@ def test_nvidia_layout_loads_without_missing_or_unexpected_keys(tmp_path: Path, 
     assert ckpt.source == "nvidia-ssd300"
     assert ckpt.model_args == {"num_classes": 80, "backbone": "resnet50"}
     assert ckpt.categories[0] == {"id": 1, "name": "person"} and ckpt.categories[-1]["id"] == 90
-    model = ckpt.build().eval()  # strict: raises on any missing or unexpected key
+    model = build_checkpoint_model(ckpt).eval()  # strict: raises on any missing or unexpected key
     loaded = model.state_dict()
     for key, value in state.items():
         assert torch.equal(loaded[key.removeprefix("module.")], value), key

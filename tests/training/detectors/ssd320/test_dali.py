@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from training.data.dali_ssd import DaliSSDLoader
+from training.detectors.ssd300.dali import DaliSSDLoader
 from training.detectors.ssd320.anchors import AnchorConfig, generate_anchors_xywh, generate_anchors_xyxy
 from training.detectors.ssd320.dali import TF_RANDOM_CROP, tf_random_crop
 

@@ -14,6 +14,7 @@ from detectors_testkit import CATEGORIES, make_ssd320_checkpoint
 from exporters_testkit import ExportedArtifact
 
 from contract.manifest import OUTPUT_NAMES
+from exporters.checkpoint_export import OnnxExportRequest, export_onnx
 from exporters.evaluation.coco_ap import APComparison, evaluate_split
 from exporters.evaluation.compare import Detections, match_detections
 from exporters.evaluation.verify import (
@@ -22,15 +23,15 @@ from exporters.evaluation.verify import (
     onnx_detector,
     settings_from_manifest,
 )
-from exporters.onnx.export import OnnxExportRequest, export_onnx
 from exporters.onnx.ort_cpu import cpu_session, run_contract
-from exporters.onnx.wrappers import get_wrapper
+from exporters.onnx.wrappers import wrapper_for
 from exporters.precision.fp16 import convert_to_fp16, fp16_eval
-from exporters.tensorrt.build import TensorRTExportRequest, export_tensorrt
+from exporters.tensorrt.build import export_tensorrt
+from exporters.tensorrt.config import TensorRTExportRequest
 from exporters.tensorrt.engine import gpu_unavailable_reason
 from exporters.tensorrt.ops import check_tensorrt_ops
-from training.checkpoint import load_checkpoint
 from training.detectors.ssd320.anchors import AnchorConfig
+from training.weights import load_checkpoint
 
 SIZE = 64
 RAW = ["raw_box_regression", "raw_cls_logits"]
@@ -113,7 +114,7 @@ def test_output_contract_dynamic_batch_and_anchor_count(ssd320: ExportedArtifact
 
 def test_detections_equal_eager_on_another_input(ssd320: ExportedArtifact) -> None:
     ckpt = load_checkpoint(ssd320.checkpoint)
-    wrapper = get_wrapper(ckpt.model_name)(ckpt)
+    wrapper = wrapper_for(ckpt)
     settings = settings_from_manifest(ssd320.manifest, wrapper)
     (batch,) = generated_batches(wrapper.resize, sizes=(2,), seed=11)
     eager = wrapper.eager_detections(wrapper.raw_outputs(batch), settings)
@@ -137,7 +138,7 @@ def test_coco_ap_of_eager_onnx_and_fp16_agree(
     ssd320: ExportedArtifact, fp16_graph: Path, synthetic_data: Path, tmp_path: Path
 ) -> None:
     ckpt = load_checkpoint(ssd320.checkpoint)
-    wrapper = get_wrapper(ckpt.model_name)(ckpt)
+    wrapper = wrapper_for(ckpt)
     settings = settings_from_manifest(ssd320.manifest, wrapper)
     detectors = {
         "eager": eager_detector(wrapper, settings),

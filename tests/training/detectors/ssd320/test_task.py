@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from training.arguments import config_from_args
-from training.checkpoint import load_checkpoint
 from training.cli import build_parser
 from training.config import PRESETS, make_config
 from training.data.loader import LoaderRequest
@@ -14,6 +13,7 @@ from training.detectors.registry import get_task
 from training.detectors.ssd320.anchors import AnchorConfig
 from training.detectors.ssd320.model import SSD320
 from training.train import main as train_main
+from training.weights import build_checkpoint_model, load_checkpoint
 
 SIZE = 64  # anchors follow the input size: 6 x (8² + 4² + 2² + 1 + 1) = 516
 
@@ -88,5 +88,5 @@ def test_short_run_checkpoints_a_model_that_rebuilds(tiny_coco: Path, tmp_path: 
         "image_size": SIZE,
         "freeze_bn": False,
     }
-    model = ckpt.build()
+    model = build_checkpoint_model(ckpt)
     assert isinstance(model, SSD320) and model.image_size == SIZE

@@ -19,7 +19,7 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from torch import Tensor
 
@@ -58,16 +58,19 @@ class DaliCrop:
 def ssd_iou_crop(jpegs: Any, boxes: Any, labels: Any) -> tuple[Any, Any, Any, Any]:
     """SSD's random IoU crop (``training.detectors.ssd300.transforms.random_iou_crop``) in DALI."""
     fn: Any = importlib.import_module("nvidia.dali.fn")
-    return fn.random_bbox_crop(
-        boxes,
-        labels,
-        device="cpu",
-        aspect_ratio=list(CROP_ASPECT),
-        thresholds=[t for t in IOU_CROP_OPTIONS if t is not None],
-        scaling=list(CROP_SCALING),
-        bbox_layout="xyXY",
-        allow_no_crop=True,
-        num_attempts=1,
+    return cast(
+        "tuple[Any, Any, Any, Any]",
+        fn.random_bbox_crop(
+            boxes,
+            labels,
+            device="cpu",
+            aspect_ratio=list(CROP_ASPECT),
+            thresholds=[t for t in IOU_CROP_OPTIONS if t is not None],
+            scaling=list(CROP_SCALING),
+            bbox_layout="xyXY",
+            allow_no_crop=True,
+            num_attempts=1,
+        ),
     )
 
 
@@ -140,7 +143,7 @@ def build_ssd_train_pipeline(
     anchors = (default_boxes_xyxy() if anchors_xyxy is None else anchors_xyxy).flatten().tolist()
     on_gpu = shard.device_id is not None
 
-    @pipeline_def(**pipeline_args(shard))
+    @pipeline_def(**pipeline_args(shard))  # type: ignore[untyped-decorator]  # DALI is untyped
     def pipeline() -> tuple[Any, ...]:
         jpegs, boxes, labels, image_ids = coco_reader(images_dir, annotation_file, shard, shuffle=shuffle)
         if augment:

@@ -15,7 +15,7 @@ from torch import Tensor
 
 from training.box_ops import box_iou, xyxy_to_xywh
 from training.data.coco import CocoDetection
-from training.data.dali_ssd import DaliSSDLoader
+from training.detectors.ssd300.dali import DaliSSDLoader
 from training.detectors.ssd300.default_boxes import default_boxes_xyxy
 from training.detectors.ssd300.targets import assign_targets
 from training.detectors.ssd300.transforms import SSDEvalTransform, color_twist_matrix

@@ -1,0 +1,224 @@
+"""The one way a request reaches a model, whatever its protocol: `DetectionPipeline`.
+
+Every caller (/detect, the Open Inference Protocol's infer) goes through it the same way::
+
+    async with pipeline.admit(model, started_at, gone=...) as run:  # deadline; 429 at once when overloaded
+        images = await run.hold_input(read_body(...))  # its memory held until inference is done
+        result = await run.detect(images, options)  # or run.infer_encoded / run.infer_tensors
+
+From there `PipelineRequest` owns the request: it reads the images' headers and checks their cost (on
+the event loop when the input is small, else in a worker thread), admits the images against the queue
+and counts the request in flight, decodes them under the image memory budget, queues them together so
+they can share a batch, cancels what is queued when the caller goes away, gives the input's memory back
+as soon as inference is done and everything else it holds when the block ends, however it ends.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    AsyncExitStack,
+    asynccontextmanager,
+)
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, TypeVar
+
+import numpy as np
+
+from service.errors import BadRequest
+from service.imaging.postprocess import DetectParams
+from service.imaging.render import ImageFormat
+from service.pipeline.detect import (
+    MaskFormat,
+    Outputs,
+    Prepared,
+    boxed_image,
+    infer,
+    json_results,
+    plan_images,
+    postprocess,
+    prepare_images,
+)
+from service.pipeline.inputs import ImageUpload
+from service.pipeline.tasks import Gone, cancel_when_gone
+from service.pipeline.timing import RequestStages
+from service.runtime.admission import Resources
+from service.runtime.model_runtime import LoadedModel
+from service.schemas import DetectionResult
+
+T = TypeVar("T")
+
+# Inputs of at most this many bytes are parsed on the event loop: a worker-thread round trip costs more
+# than parsing a typical image header (~10 us). Parsing time grows with the number of JPEG segments, so
+# this also bounds the worst case (16 Ki empty segments: ~10 ms here).
+INLINE_PARSE_BYTES = 64 * 1024
+
+OutputFormat = Literal["json", "jpeg", "png"]
+
+
+class InFlight(Protocol):
+    """Counts the requests admitted for inference (`service.http.lifecycle.Lifecycle`)."""
+
+    def admitted(self) -> AbstractContextManager[None]:
+        """Count the block as in flight; raise (503) instead when no new work is taken (draining)."""
+        ...
+
+
+@dataclass(frozen=True)
+class DetectOptions:
+    """What a detect request asks for: filters, and JSON results or one boxed image."""
+
+    params: DetectParams = field(default_factory=DetectParams)
+    format: OutputFormat = "json"
+    mask_format: MaskFormat = "rle"
+
+
+@dataclass(frozen=True)
+class BoxedImage:
+    """The one image of a request with its detections drawn, encoded as ``format``."""
+
+    data: bytes
+    format: ImageFormat
+    detections: int
+
+
+class DetectionPipeline:
+    """Shared by every request: the budgets and worker threads, the request timeout, the in-flight count."""
+
+    def __init__(self, resources: Resources, request_timeout_s: float, in_flight: InFlight):
+        self.resources = resources
+        self.request_timeout_s = request_timeout_s
+        self.in_flight = in_flight
+
+    @asynccontextmanager
+    async def admit(
+        self, model: LoadedModel, started_at: float, *, gone: Gone | None = None
+    ) -> AsyncIterator[PipelineRequest]:
+        """One request for ``model`` that arrived at ``started_at`` (`time.monotonic`), for the block.
+
+        Its deadline is ``started_at`` plus the request timeout. It is refused at once (`QueueFull`,
+        429; `ServiceUnavailable`, 503) when the model could not take even one image by then, before any
+        input is read. ``gone`` returns when the caller went away: queued work is then cancelled
+        (`ClientClosedRequest`). Whatever the request holds is given back when the block ends.
+        """
+        deadline = started_at + self.request_timeout_s
+        model.admit(1, deadline)
+        async with AsyncExitStack() as held:
+            inputs = await held.enter_async_context(AsyncExitStack())
+            yield PipelineRequest(self, model, started_at, deadline, gone, held, inputs)
+
+
+class PipelineRequest:
+    """One admitted request: see `DetectionPipeline.admit`."""
+
+    def __init__(
+        self,
+        pipeline: DetectionPipeline,
+        model: LoadedModel,
+        started_at: float,
+        deadline: float,
+        gone: Gone | None,
+        held: AsyncExitStack,
+        inputs: AsyncExitStack,
+    ):
+        self.model = model
+        self.started_at = started_at
+        self.deadline = deadline
+        self.stages = RequestStages(model.metrics)
+        self._pipeline = pipeline
+        self._resources = pipeline.resources
+        self._gone = gone
+        self._held = held
+        self._inputs = inputs
+
+    async def hold_input(self, source: AbstractAsyncContextManager[T]) -> T:
+        """Enter ``source`` (e.g. reading a body into the body memory budget) and return what it gives;
+        it is left as soon as inference is done, or when the request ends."""
+        return await self._inputs.enter_async_context(source)
+
+    async def compute(
+        self, work: Callable[..., T], *args: object, nbytes: int | None = None, memory: int = 0
+    ) -> T:
+        """``work(*args)`` over ``nbytes`` of input: on the event loop when that is known and small
+        (`INLINE_PARSE_BYTES`), else in a worker thread; holding ``memory`` bytes of image memory (its
+        working set) while it runs."""
+        async with AsyncExitStack() as scope:
+            if memory:
+                budget = self._resources.image_budget
+                await scope.enter_async_context(
+                    budget.hold(memory, self._resources.budget_wait_s, field="body")
+                )
+            if nbytes is not None and nbytes <= INLINE_PARSE_BYTES:
+                return work(*args)
+            return await self._resources.scheduler.run(0, work, *args)
+
+    async def detect(
+        self, images: list[ImageUpload], options: DetectOptions
+    ) -> list[DetectionResult] | BoxedImage:
+        """Each image's detections in original-image pixels, or the one image with them drawn."""
+        fmt = options.format
+        if fmt != "json" and len(images) > 1:
+            raise BadRequest(
+                f"format {fmt!r} returns one boxed image; got {len(images)} images (send one, or ask for "
+                "json)",
+                field="format",
+            )
+        async with AsyncExitStack() as originals:
+            prepared, outputs = await self._run(images, originals if fmt != "json" else None)
+            outcomes = postprocess(self.model, prepared, outputs, options.params, self.stages)
+            if fmt == "json":
+                return await json_results(
+                    self.model, outcomes, self._resources, options.mask_format, self.stages
+                )
+            data = await boxed_image(self.model, outcomes[0], fmt, self._resources, self.stages)
+            return BoxedImage(data, fmt, len(outcomes[0].detections))
+
+    async def infer_encoded(self, images: list[ImageUpload]) -> list[Outputs]:
+        """Each encoded image's contract outputs, its boxes mapped to original-image pixels."""
+        prepared, outputs = await self._run(images, None)
+        return [
+            {**output, "detection_boxes": item.transform.boxes_to_original(output["detection_boxes"])}
+            for item, output in zip(prepared, outputs, strict=True)
+        ]
+
+    async def infer_tensors(self, images: Sequence[np.ndarray]) -> list[Outputs]:
+        """Each network-sized image's (``uint8 [H, W, 3]``) contract outputs."""
+        self._admit(len(images))
+        network_inputs = [np.ascontiguousarray(image) for image in images]
+        outputs = await cancel_when_gone(
+            self._gone, infer(self.model, network_inputs, self.deadline, self.stages)
+        )
+        await self._inputs.aclose()  # inference is done: the input is no longer needed
+        return outputs
+
+    def server_timing(self) -> str:
+        """The ``Server-Timing`` value: each stage so far, and the total since arrival."""
+        return self.stages.server_timing(time.monotonic() - self.started_at)
+
+    async def _run(
+        self, images: list[ImageUpload], originals: AsyncExitStack | None
+    ) -> tuple[list[Prepared], list[Outputs]]:
+        nbytes = sum(len(image.data) for image in images)
+        plans = await self.compute(
+            plan_images, self.model, images, self._resources, originals is not None, nbytes=nbytes
+        )
+        self._admit(len(plans))
+
+        async def decode_and_infer() -> tuple[list[Prepared], list[Outputs]]:
+            prepared = await prepare_images(
+                self.model, images, plans, self._resources, self.stages, originals
+            )
+            network_inputs = [item.network_input for item in prepared]
+            return prepared, await infer(self.model, network_inputs, self.deadline, self.stages)
+
+        result = await cancel_when_gone(self._gone, decode_and_infer())
+        await self._inputs.aclose()  # every image is decoded: its encoded bytes are no longer needed
+        return result
+
+    def _admit(self, images: int) -> None:
+        """Admit the request's ``images`` against the queue, and count it in flight from here on."""
+        self.model.admit(images, self.deadline)
+        self._held.enter_context(self._pipeline.in_flight.admitted())

@@ -1,0 +1,76 @@
+"""What this machine offers the backends: an NVIDIA GPU, OpenVINO, ONNX Runtime's execution providers.
+
+Probed here, below both the backend choice (``service.runtime.backends.select``) and the backends that
+check for themselves (``service.runtime.backends.tensorrt_backend``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+
+
+@lru_cache(maxsize=1)
+def gpu_present() -> bool:
+    """True when an NVIDIA GPU is visible: a /dev/nvidia<N> device node, or ``nvidia-smi -L`` lists one."""
+    if any(p.name[len("nvidia") :].isdigit() for p in Path("/dev").glob("nvidia*")):
+        return True
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return False
+    try:
+        result = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return result.returncode == 0 and "GPU" in result.stdout
+
+
+def openvino_available() -> bool:
+    """True when the ``openvino`` package can be imported (it is in the ``serve`` extra)."""
+    return importlib.util.find_spec("openvino") is not None
+
+
+def onnxruntime_providers() -> list[str]:
+    """Execution providers the installed onnxruntime build offers (empty if onnxruntime is missing)."""
+    try:
+        import onnxruntime
+    except ImportError:
+        return []
+    return list(onnxruntime.get_available_providers())
+
+
+@lru_cache(maxsize=1)
+def openvino_cpu_capabilities() -> tuple[str, ...]:
+    """OpenVINO's ``OPTIMIZATION_CAPABILITIES`` of this CPU (``FP32``, ``INT8``, ``BF16`` where it has bf16
+    units: AVX-512 BF16 or AMX); empty without openvino."""
+    if not openvino_available():
+        return ()
+    import openvino as ov
+
+    return tuple(ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+
+
+def cpu_has_bf16() -> bool:
+    """True when OpenVINO can run bf16 inference on this CPU."""
+    return "BF16" in openvino_cpu_capabilities()
+
+
+# CPU flags (Linux /proc/cpuinfo) of an INT8 dot-product instruction: AVX-512 VNNI, AVX-VNNI, AMX.
+INT8_DOT_PRODUCT_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
+
+
+@lru_cache(maxsize=1)
+def cpu_has_int8_dot_product(cpuinfo: str = "/proc/cpuinfo") -> bool | None:
+    """True when the CPU has an INT8 dot-product instruction (`INT8_DOT_PRODUCT_FLAGS`); None when unknown
+    (no /proc/cpuinfo). Without one, OpenVINO's INT8 kernels fall back to AVX2's ``vpmaddubsw``, whose
+    16-bit sums of u8 x s8 products saturate, so INT8 artifacts score lower than where they were measured.
+    """
+    try:
+        text = Path(cpuinfo).read_text()
+    except OSError:
+        return None
+    flags = {flag for line in text.splitlines() if line.startswith("flags") for flag in line.split()}
+    return any(flag in flags for flag in INT8_DOT_PRODUCT_FLAGS)
