@@ -10,6 +10,7 @@ EfficientDet-D0 files as ``efficientdet-d0`` (``training.detectors.efficientdet.
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import torch
@@ -26,7 +27,13 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
     try:
-        raw = torch.load(path, map_location="cpu", weights_only=False)
+        # weights_only: tensors and plain containers only, so a crafted pickle cannot run code on load.
+        raw = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise CheckpointError(
+            f"refused to load {path}: it holds more than weights (tensors, numbers, strings and plain "
+            f"containers), and loading it could run code: {str(exc).splitlines()[0]}"
+        ) from exc
     except Exception as exc:  # torch raises many types for a corrupt file
         raise CheckpointError(f"cannot read checkpoint {path}: {exc}") from exc
     if not isinstance(raw, dict):

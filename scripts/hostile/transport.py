@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import re
 import select
 import socket
 import time
 from collections.abc import Mapping
 from typing import Any
 
+import h11
 import httpx
 
 from hostile.common import CONNECT_TIMEOUT_S, HOST, MAX_REPLY_BYTES, SNIPPET_CHARS, Reply
@@ -76,69 +76,65 @@ def raw_head(port: int, auth: Mapping[str, str], path: str, content_length: int,
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
 
-def _head_end(buf: bytes | bytearray) -> int:
-    return buf.find(b"\r\n\r\n")
+class ResponseReader:
+    """One HTTP/1.1 response read off a raw socket, framed by h11 (Content-Length, chunked with or without
+    trailers, or delimited by the connection closing)."""
 
+    def __init__(self) -> None:
+        self.conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_REPLY_BYTES)
+        # h11 reads a response only after a request: this stands for the one a case already wrote by hand.
+        self.conn.send(
+            h11.Request(method="POST", target="/", headers=[("Host", HOST), ("Content-Length", "0")])
+        )
+        self.conn.send(h11.EndOfMessage())
+        self.received = 0
+        self.response: h11.Response | None = None
+        self.body = bytearray()
+        self.complete = False
+        self.error: str | None = None
 
-def _header(head: bytes, name: bytes) -> bytes | None:
-    match = re.search(rb"\r\n" + name + rb":[ \t]*([^\r]*)", head, re.IGNORECASE)
-    return match.group(1).strip() if match else None
+    def feed(self, data: bytes) -> None:
+        """Take ``data`` off the socket (``b""``: the peer closed it)."""
+        self.received += len(data)
+        self.conn.receive_data(data)
+        while not self.complete:
+            try:
+                event = self.conn.next_event()
+            except h11.RemoteProtocolError as exc:
+                self.complete = True
+                if data:  # not just the peer closing early: what it sent is not HTTP
+                    self.error = f"bad-response:{str(exc)[:40]}"
+                return
+            if event is h11.NEED_DATA or event is h11.PAUSED:
+                return
+            if isinstance(event, h11.Response):
+                self.response = event
+            elif isinstance(event, h11.Data):
+                self.body += event.data
+            elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+                self.complete = True
 
-
-def _response_complete(buf: bytearray) -> bool:
-    end = _head_end(buf)
-    if end < 0:
-        return False
-    head = bytes(buf[:end])
-    if b"chunked" in (_header(head, b"transfer-encoding") or b"").lower():
-        return buf.endswith(b"0\r\n\r\n")
-    length = _header(head, b"content-length")
-    return length is not None and length.isdigit() and len(buf) - end - 4 >= int(length)
-
-
-def dechunk(body: bytes) -> bytes:
-    """The payload of a chunked body (best effort: stops at the first malformed chunk)."""
-    out = bytearray()
-    pos = 0
-    for _ in range(10_000):
-        line_end = body.find(b"\r\n", pos)
-        try:
-            size = int(body[pos:line_end].split(b";")[0], 16) if line_end >= 0 else 0
-        except ValueError:
-            break
-        if size == 0:
-            break
-        out += body[line_end + 2 : line_end + 2 + size]
-        pos = line_end + 2 + size + 2
-    return bytes(out)
-
-
-def parse_raw(buf: bytes, failure: str | None, seconds: float) -> Reply:
-    end = _head_end(buf)
-    if end < 0:
-        status = failure or "closed"
-        return Reply(status if not buf else f"partial-{status}", seconds, snippet(buf))
-    head = buf[:end]
-    status_line = head.split(b"\r\n", 1)[0].decode("latin-1")
-    parts = status_line.split(" ", 2)
-    status = parts[1] if len(parts) > 1 else f"bad-status-line:{status_line[:30]}"
-    body = buf[end + 4 :]
-    if b"chunked" in (_header(head, b"transfer-encoding") or b"").lower():
-        body = dechunk(body)
-    content_type = (_header(head, b"content-type") or b"").decode("latin-1")
-    retry_after = _header(head, b"retry-after")
-    return Reply(
-        status, seconds, snippet(body), content_type, retry_after.decode("latin-1") if retry_after else None
-    )
+    def reply(self, failure: str | None, seconds: float) -> Reply:
+        if self.response is None:
+            status = self.error or failure or "closed"
+            return Reply(status if not self.received else f"partial-{status}", seconds)
+        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in self.response.headers}
+        return Reply(
+            str(self.response.status_code),
+            seconds,
+            snippet(bytes(self.body)),
+            headers.get("content-type", ""),
+            headers.get("retry-after"),
+        )
 
 
 def read_reply(sock: socket.socket, timeout: float) -> Reply:
     """Read one HTTP response from a raw socket within ``timeout`` seconds."""
     started = time.monotonic()
     deadline = started + timeout
-    buf = bytearray()
+    reader = ResponseReader()
     failure: str | None = None
-    while len(buf) < MAX_REPLY_BYTES:
+    while not reader.complete and reader.received < MAX_REPLY_BYTES:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             failure = "timeout"
@@ -149,13 +145,11 @@ def read_reply(sock: socket.socket, timeout: float) -> Reply:
         except OSError as exc:
             failure = classify(exc)
             break
+        reader.feed(chunk)
         if not chunk:
             failure = "closed"
             break
-        buf += chunk
-        if _response_complete(buf):
-            break
-    return parse_raw(bytes(buf), failure, time.monotonic() - started)
+    return reader.reply(failure, time.monotonic() - started)
 
 
 def replies_of(socks: list[socket.socket | None], errors: list[str | None], timeout: float) -> list[Reply]:

@@ -1,0 +1,46 @@
+"""Loading weight files: only tensors and plain data are unpickled, so a crafted file cannot run code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from training.checkpoint import FORMAT, CheckpointError
+from training.weights import load_checkpoint
+
+
+class _Payload:
+    """Pickles as a call to ``Path.touch(marker)``: what a crafted weights file would run on load."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[Path]]:
+        return (Path.touch, (self.marker,))
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        lambda payload: {"format": FORMAT, "model": {"w": torch.zeros(2)}, "extra": payload},  # ours
+        lambda payload: {"model": {"w": torch.zeros(2)}, "epoch": payload},  # a third-party state dict
+    ],
+    ids=["project-checkpoint", "third-party-weights"],
+)
+def test_a_crafted_pickle_is_refused_before_it_runs(tmp_path: Path, content: object) -> None:
+    marker = tmp_path / "ran"
+    path = tmp_path / "weights.pt"
+    torch.save(content(_Payload(marker)), path)  # type: ignore[operator]
+    with pytest.raises(CheckpointError, match=r"refused to load .*weights\.pt: it holds more than weights"):
+        load_checkpoint(path)
+    assert not marker.exists(), "the payload ran"
+
+
+def test_missing_and_corrupt_files_are_named(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match="checkpoint not found"):
+        load_checkpoint(tmp_path / "absent.pt")
+    (tmp_path / "garbage.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError, match=r"garbage\.pt"):
+        load_checkpoint(tmp_path / "garbage.pt")
