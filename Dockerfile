@@ -7,8 +7,9 @@
 #   docker build --target train     -t detect:train .       # torch + torchvision + DALI, for detect-train
 #
 # Every target installs the project the way the Makefile does: from this project's own pyproject.toml
-# extras (a wheel built in the `wheel` stage, installed with uv into a virtualenv at /opt/venv), so the
-# dependency pins live in one place. Serving images never contain PyTorch.
+# extras (a wheel built in the `wheel` stage, installed with uv into a virtualenv at /opt/venv) at the
+# versions uv.lock pins (exported as constraints in the `wheel` stage), so two builds of one commit ship
+# the same libraries. Serving images never contain PyTorch.
 #
 # Containers are configured with the same DETECT_* environment variables the service reads
 # (service/settings.py); the images only set what differs from a laptop (bind 0.0.0.0, /models).
@@ -18,7 +19,7 @@
 ARG PYTHON_IMAGE=python:3.11-slim
 ARG CUDA_IMAGE=nvidia/cuda:13.0.2-cudnn-runtime-ubuntu24.04
 # The installer the Makefile uses (uv), pinned.
-ARG UV_VERSION=0.13.8
+ARG UV_VERSION=0.13.9
 
 # ---------------------------------------------------------------------------------------------------
 # uv: the installer, in its own virtualenv; later stages copy it, no final image keeps it.
@@ -28,15 +29,17 @@ RUN python -m venv /opt/uv \
     && /opt/uv/bin/pip install --no-cache-dir "uv==${UV_VERSION}"
 
 # ---------------------------------------------------------------------------------------------------
-# wheel: the project as one pure-Python wheel (/wheels/detect-<version>-py3-none-any.whl).
+# wheel: the project as one pure-Python wheel (/wheels/detect-<version>-py3-none-any.whl), and the lock's
+# versions as a constraints file (/wheels/constraints.txt) that every install below resolves within.
 FROM uv AS wheel
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md uv.lock ./
 COPY contract ./contract
 COPY service ./service
 COPY training ./training
 COPY exporters ./exporters
-RUN /opt/uv/bin/uv build --wheel --out-dir /wheels .
+RUN /opt/uv/bin/uv build --wheel --out-dir /wheels . \
+    && /opt/uv/bin/uv export --frozen --all-extras --no-hashes --no-emit-project --output-file /wheels/constraints.txt
 
 # ---------------------------------------------------------------------------------------------------
 # train-venv: /opt/venv with the wheel and the `train,export` extras (torch, torchvision, DALI, onnx...).
@@ -44,7 +47,7 @@ FROM uv AS train-venv
 COPY --from=wheel /wheels /wheels
 RUN /opt/uv/bin/uv venv --python /usr/local/bin/python3 /opt/venv \
     && set -- /wheels/detect-*.whl \
-    && /opt/uv/bin/uv pip install --no-cache --compile-bytecode --python /opt/venv/bin/python "detect[train,export] @ file://$1"
+    && /opt/uv/bin/uv pip install --no-cache --compile-bytecode --python /opt/venv/bin/python --constraint /wheels/constraints.txt "detect[train,export] @ file://$1"
 
 # ---------------------------------------------------------------------------------------------------
 # train: detect-train / detect-export / torchrun. Python 3.11 + PyTorch, torchvision, NVIDIA DALI
@@ -94,7 +97,7 @@ COPY --from=uv /opt/uv/bin/uv /usr/local/bin/uv
 COPY --from=wheel /wheels /wheels
 RUN uv venv --python /usr/bin/python3 /opt/venv \
     && set -- /wheels/detect-*.whl \
-    && uv pip install --no-cache --compile-bytecode --python /opt/venv/bin/python "detect[serve-gpu] @ file://$1"
+    && uv pip install --no-cache --compile-bytecode --python /opt/venv/bin/python --constraint /wheels/constraints.txt "detect[serve-gpu] @ file://$1"
 
 # ---------------------------------------------------------------------------------------------------
 # serve-gpu: the GPU server. CUDA 13 runtime + cuDNN (base image), onnxruntime-gpu (CUDA and TensorRT
@@ -147,7 +150,7 @@ FROM uv AS serve-cpu-venv
 COPY --from=wheel /wheels /wheels
 RUN /opt/uv/bin/uv venv --python /usr/local/bin/python3 /opt/venv \
     && set -- /wheels/detect-*.whl \
-    && /opt/uv/bin/uv pip install --no-cache --compile-bytecode --python /opt/venv/bin/python "detect[serve] @ file://$1"
+    && /opt/uv/bin/uv pip install --no-cache --compile-bytecode --python /opt/venv/bin/python --constraint /wheels/constraints.txt "detect[serve] @ file://$1"
 
 # ---------------------------------------------------------------------------------------------------
 # serve-cpu: the small CPU server. python:3.11-slim + /opt/venv (`serve` extra) + the default model

@@ -5,25 +5,28 @@ SERVE_VENV ?= .venv-serve
 HOST ?= 127.0.0.1
 PORT ?= 8000
 MODEL_REPOSITORY ?= models
-# Installs come from this project's files only. uv resolves against the package index and never picks up
-# local wheel folders, so torch resolves to the regular PyPI build pinned in pyproject.toml.
+# Installs come from this project's files only: the versions uv.lock pins (`uv sync --locked` refuses a lock
+# that no longer matches pyproject.toml; `make lock` re-resolves). uv reads the package index, never local
+# wheel folders, so torch is the regular PyPI build. --inexact keeps uv itself, which lives in the venv.
+UV_VERSION ?= 0.13.9
 UV = $(VENV)/bin/uv
+SYNC = sync --locked --inexact
 
-.PHONY: setup setup-serve test lint serve default-model ssd320-model ssd300-model efficientdet-model maskrcnn-model bench-train clean
+.PHONY: setup setup-serve test lint lock serve default-model ssd320-model ssd300-model efficientdet-model maskrcnn-model bench-train clean
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml uv.lock
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/python -m pip install --quiet "uv>=0.5"
-	$(UV) pip install --python $(VENV)/bin/python -e ".[serve,train,export,dev,bench]"
+	$(VENV)/bin/python -m pip install --quiet "uv==$(UV_VERSION)"
+	UV_PROJECT_ENVIRONMENT=$(VENV) $(UV) $(SYNC) --extra serve --extra train --extra export --extra dev --extra bench
 	touch $@
 
 setup: $(VENV)/.installed
 	@bash scripts/install-system-deps.sh
 
-$(SERVE_VENV)/.installed: pyproject.toml
+$(SERVE_VENV)/.installed: pyproject.toml uv.lock
 	$(PYTHON) -m venv $(SERVE_VENV)
-	$(SERVE_VENV)/bin/python -m pip install --quiet "uv>=0.5"
-	$(SERVE_VENV)/bin/uv pip install --python $(SERVE_VENV)/bin/python -e ".[serve,bench]"
+	$(SERVE_VENV)/bin/python -m pip install --quiet "uv==$(UV_VERSION)"
+	UV_PROJECT_ENVIRONMENT=$(SERVE_VENV) $(SERVE_VENV)/bin/uv $(SYNC) --extra serve --extra bench
 	touch $@
 
 setup-serve: $(SERVE_VENV)/.installed
@@ -39,6 +42,14 @@ lint: setup
 
 serve: setup-serve
 	$(SERVE_VENV)/bin/detect-serve --model-repository $(MODEL_REPOSITORY) --host $(HOST) --port $(PORT)
+
+# Upgrade every pinned version: re-resolve uv.lock to the newest releases pyproject.toml allows, list what
+# moved, reinstall and run the whole test suite. Commit uv.lock when it passes; `git checkout uv.lock` undoes.
+lock: setup
+	cp uv.lock $(VENV)/uv.lock.before
+	$(UV) lock --upgrade
+	$(VENV)/bin/python scripts/lock_diff.py $(VENV)/uv.lock.before uv.lock
+	$(MAKE) test
 
 clean:
 	rm -rf $(VENV) $(SERVE_VENV) .pytest_cache .mypy_cache .ruff_cache
