@@ -30,10 +30,7 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         # weights_only: tensors and plain containers only, so a crafted pickle cannot run code on load.
         raw = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        raise CheckpointError(
-            f"refused to load {path}: it holds more than weights (tensors, numbers, strings and plain "
-            f"containers), and loading it could run code: {str(exc).splitlines()[0]}"
-        ) from exc
+        raise _unpickling_error(path, exc) from exc
     except Exception as exc:  # torch raises many types for a corrupt file
         raise CheckpointError(f"cannot read checkpoint {path}: {exc}") from exc
     if not isinstance(raw, dict):
@@ -48,6 +45,21 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         f"{path} is neither a {FORMAT} checkpoint nor NVIDIA's SSD300 layout nor an EfficientDet-D0 "
         f"or torchvision Mask R-CNN state dict (top-level keys: {sorted(raw)[:8]})"
     )
+
+
+def _unpickling_error(path: Path, exc: pickle.UnpicklingError) -> CheckpointError:
+    """A file the weights-only unpickler stops at: one that asks for a global (a class or function it
+    would call: refused, it could run code), or one that is not a pickle of weights at all (corrupt)."""
+    text = str(exc)
+    reason = next(
+        (line.strip() for line in text.splitlines() if "Unsupported" in line), text.splitlines()[0]
+    ).removeprefix("WeightsUnpickler error: ")
+    if "Unsupported global" in text:
+        return CheckpointError(
+            f"refused to load {path}: it holds more than weights (tensors, numbers, strings and plain "
+            f"containers), and loading it could run code ({reason.split('. Please use')[0]})"
+        )
+    return CheckpointError(f"cannot read checkpoint {path}: not a weights file ({reason})")
 
 
 def build_checkpoint_model(checkpoint: Checkpoint) -> nn.Module:
