@@ -51,9 +51,9 @@ def _unpickling_error(path: Path, exc: pickle.UnpicklingError) -> CheckpointErro
     """A file the weights-only unpickler stops at: one that asks for a global (a class or function it
     would call: refused, it could run code), or one that is not a pickle of weights at all (corrupt)."""
     text = str(exc)
-    reason = next(
-        (line.strip() for line in text.splitlines() if "Unsupported" in line), text.splitlines()[0]
-    ).removeprefix("WeightsUnpickler error: ")
+    lines = text.splitlines() or [type(exc).__name__]
+    reason = next((line.strip() for line in lines if "Unsupported" in line), lines[0])
+    reason = reason.removeprefix("WeightsUnpickler error: ")
     if "Unsupported global" in text:
         return CheckpointError(
             f"refused to load {path}: it holds more than weights (tensors, numbers, strings and plain "

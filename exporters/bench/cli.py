@@ -23,7 +23,7 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
         "the bench extra: make setup-serve, or pip install -e '.[serve,bench]'",
     ),
     "backend": (
-        "exporters.bench.backend",
+        "exporters.bench.backend_command",
         "latency/throughput of an artifact per batch size (ORT, TensorRT, eager)",
         "the export extra (and train for --eager-checkpoint): make setup",
     ),

@@ -108,7 +108,8 @@ def plan_variants(artifacts: list[Path], bf16: bool = True) -> tuple[list[Varian
             runs.append(("openvino", other, f"openvino int8, {other} rest"))
         for backend, precision, label in runs:
             full_label = f"{label} ({m.name}/{m.version})"
-            if not bf16 and "bf16" in label:
+            # bf16 asked for by the setting, or by the artifact itself
+            if not bf16 and "bf16" in (precision, m.precision):
                 skipped.append(f"{full_label}: {NO_BF16}")
                 continue
             variants.append(Variant(full_label, str(artifact), backend, precision))

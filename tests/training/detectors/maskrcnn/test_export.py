@@ -19,7 +19,8 @@ from torchvision.models.detection.rpn import concat_box_prediction_layers
 from torchvision.ops.poolers import LevelMapper
 
 from contract.manifest import MASK_OUTPUT, Manifest
-from exporters.bench.backend import add_arguments, run_bench
+from exporters.bench.backend import run_bench
+from exporters.bench.backend_command import add_arguments
 from exporters.checkpoint_export import OnnxExportRequest, export_onnx
 from exporters.errors import ExportError
 from exporters.evaluation.verify import (
