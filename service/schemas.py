@@ -41,6 +41,22 @@ class DetectQuery(BaseModel):
         default=None,
         description="json, or the image with boxes drawn (one image only); default: from Accept, else json",
     )
+    tiling: Annotated[str, Field(json_schema_extra={"pattern": r"^(off|auto|\d+x\d+)$"})] | None = Field(
+        default=None,
+        description="tiled inference for large images: off, auto (tiles only an image more than "
+        "tiling_auto_min_scale times the network input; tiles about the network's size) or a tile size "
+        "WIDTHxHEIGHT (32..8192 px a side). Each tile counts as one image against max_images_per_request "
+        "and the queue. Default: the model's tiling setting, else the server's (off)",
+    )
+    tile_overlap: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=0.75,
+        description="overlap of neighbouring tiles, a fraction of the tile side; default: tiling_overlap",
+    )
+    tile_grid: bool = Field(
+        default=False, description="boxed image of a tiled request: draw the tile grid (thin white frames)"
+    )
     mask_format: Literal["rle", "polygon"] = Field(
         default="rle",
         description="mask models, JSON: each detection's mask as COCO RLE (`mask`, exact) or as COCO "
@@ -90,6 +106,11 @@ class DetectionResult(BaseModel):
     width: int = Field(description="original image width in pixels (after EXIF orientation)")
     height: int
     detections: list[Detection]
+    tiles: list[Box] | None = Field(
+        default=None,
+        description="tiled requests only: the tiles the image was cut into, in original-image pixels (the "
+        "whole image also ran when tiling_full_image is on)",
+    )
 
 
 class DetectionResults(BaseModel):

@@ -17,6 +17,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+# off | auto | WIDTHxHEIGHT (sides checked per request: service.imaging.tiling).
+TILING_PATTERN = r"^(off|auto|\d{1,6}x\d{1,6})$"
 BackendChoice = Literal["auto", "cpu", "cuda", "tensorrt-ep", "tensorrt", "openvino"]
 LogLevel = Literal["critical", "error", "warning", "info", "debug"]
 
@@ -41,6 +43,8 @@ class ModelOverride(BaseModel):
     max_batch_size: int | None = Field(default=None, gt=0)
     max_queue_delay_ms: float | None = Field(default=None, ge=0)
     max_queue_size: int | None = Field(default=None, gt=0)
+    # This model's default tiling (off | auto | WIDTHxHEIGHT), e.g. auto for a drone-imagery model.
+    tiling: str | None = Field(default=None, pattern=TILING_PATTERN)
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,22 @@ class Settings(BaseSettings):
     admission_wait_ms: float = Field(default=2_000.0, ge=0)
     # Decode large JPEGs at a reduced scale (libjpeg DCT scaling) when only the network input is needed.
     reduced_jpeg_decode: bool = True
+
+    # Tiled inference for large images (docs/tiling.md): the default of requests that send no `tiling`
+    # (off | auto | WIDTHxHEIGHT; per model in model_overrides). Each tile is one network input, counted
+    # against max_images_per_request, the queue and the expected-wait admission as an image.
+    tiling: str = Field(default="off", pattern=TILING_PATTERN)
+    # Neighbouring tiles overlap by this fraction of the tile side (requests: tile_overlap).
+    tiling_overlap: float = Field(default=0.2, ge=0, le=0.75)
+    # Also run the whole image, downscaled, for objects larger than a tile.
+    tiling_full_image: bool = True
+    # tiling=auto tiles an image only when it is more than this many times the network input along a side.
+    tiling_auto_min_scale: float = Field(default=2.0, ge=1)
+    # How the tiles' detections are merged: nms (drop the lower-scored of overlapping boxes) or greedy_nmm
+    # (join them into their union), by iou or ios (intersection over the smaller box), class by class.
+    tiling_merge: Literal["nms", "greedy_nmm"] = "greedy_nmm"
+    tiling_match_metric: Literal["iou", "ios"] = "ios"
+    tiling_match_threshold: float = Field(default=0.5, gt=0, le=1)
 
     # Timeouts (seconds). A body that stalls for body_idle_timeout_s, or takes longer than body_timeout_s
     # in all, gets 408; request headers must arrive within header_timeout_s of the connection opening

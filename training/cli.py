@@ -22,6 +22,13 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--num-train", type=int, default=1000)
     synth.add_argument("--num-val", type=int, default=200)
     synth.add_argument("--seed", type=int, default=0)
+    synth.add_argument(
+        "--scene",
+        choices=["shapes", "large"],
+        default="shapes",
+        help="shapes: 160-480 px images (the built-in models' data); large: 2000-4000 px scenes with "
+        "20-80 px shapes, for tiled inference",
+    )
 
     add_train_arguments(sub.add_parser("train", help="train a detector on COCO-format data"))
     add_eval_arguments(sub.add_parser("eval", help="COCO metrics of a checkpoint"))
@@ -31,8 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _run(args: argparse.Namespace) -> None:
     if args.command == "synth":
         from training.data.synthetic import generate_dataset
+        from training.data.synthetic_scene import LARGE_SCENES
 
-        summary = generate_dataset(args.out, args.num_train, args.num_val, args.seed)
+        config = LARGE_SCENES if args.scene == "large" else None
+        summary = generate_dataset(args.out, args.num_train, args.num_val, args.seed, config)
         print(json.dumps(summary, indent=2, default=str))
         return
     try:

@@ -9,10 +9,10 @@ score threshold, class filter, then the first ``max_detections`` rows by score.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
-from contract.geometry import BoxTransform
 from contract.manifest import Label, Manifest
 from service.errors import BackendError, BadRequest
 from service.schemas import Box, Detection, RLEMask
@@ -25,6 +25,13 @@ class DetectParams:
     score_threshold: float | None = None
     max_detections: int | None = None
     class_ids: frozenset[int] | None = None
+
+
+class BoxMapping(Protocol):
+    """Maps boxes normalized to a network input back to original-image pixels (`BoxTransform`, or a tile's
+    view of the image in `service.pipeline.detect`)."""
+
+    def boxes_to_original(self, boxes: np.ndarray) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)
@@ -94,7 +101,7 @@ def _class_number(number: int, labels: tuple[Label, ...]) -> int:
 
 
 def select_detections(
-    outputs: dict[str, np.ndarray], transform: BoxTransform, manifest: Manifest, params: DetectParams
+    outputs: dict[str, np.ndarray], transform: BoxMapping, manifest: Manifest, params: DetectParams
 ) -> KeptDetections:
     """Filter one image's outputs by ``params`` and map its boxes to original-image pixels.
 

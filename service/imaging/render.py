@@ -79,8 +79,10 @@ def draw_detections(
     detections: KeptDetections,
     labels: Sequence[Label],
     masks: Iterable[PastedMask] | None = None,
+    grid: Sequence[tuple[int, int, int, int]] = (),
 ) -> np.ndarray:
-    """A BGR copy of ``image_rgb`` with translucent masks, then boxes and "label score" captions on top.
+    """A BGR copy of ``image_rgb`` with translucent masks, then boxes and "label score" captions on top;
+    ``grid`` (x0, y0, x1, y1 tiles of a tiled request), if given, drawn first as thin white frames.
 
     ``masks`` align with the detections and are consumed one at a time (a generator that pastes each
     mask on demand keeps one pasted mask in memory at a time).
@@ -90,6 +92,8 @@ def draw_detections(
     # Line and text sizes grow with the image so boxes stay visible on large photos.
     thickness = max(1, round(min(height, width) / 320))
     font_scale = max(0.35, min(height, width) / 900)
+    for x0, y0, x1, y1 in grid:
+        cv2.rectangle(canvas, (x0, y0), (x1 - 1, y1 - 1), (255, 255, 255), thickness, cv2.LINE_AA)
     if masks is not None:
         for i, pasted in enumerate(masks):
             h, w = pasted.bitmap.shape
@@ -151,6 +155,7 @@ def render_detections(
     labels: Sequence[Label],
     fmt: ImageFormat = "jpeg",
     masks: Iterable[PastedMask] | None = None,
+    grid: Sequence[tuple[int, int, int, int]] = (),
 ) -> bytes:
     """The boxed image, encoded: what ``format=jpeg|png`` returns."""
-    return encode_image(draw_detections(image_rgb, detections, labels, masks), fmt)
+    return encode_image(draw_detections(image_rgb, detections, labels, masks, grid), fmt)

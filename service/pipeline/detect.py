@@ -14,18 +14,20 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
 
 from contract.geometry import BoxTransform, network_content_size, resize_for_network
-from contract.manifest import MASK_OUTPUT
+from contract.manifest import MASK_OUTPUT, InputSpec
 from service.errors import PayloadTooLarge
 from service.imaging.decoding import DecodePlan, decode_planned, plan_decode
 from service.imaging.masks import PastedMask, masks_to_polygons, masks_to_rles, paste_mask
+from service.imaging.merging import MergeRule, merge_detections
 from service.imaging.postprocess import DetectParams, KeptDetections, select_detections, to_schema
 from service.imaging.render import ImageFormat, render_detections
+from service.imaging.tiling import Tile, Tiling, plan_tiles
 from service.pipeline.inputs import ImageUpload
 from service.pipeline.tasks import gather_in_order
 from service.pipeline.timing import RequestStages
@@ -36,20 +38,53 @@ from service.runtime.admission import (
     Resources,
 )
 from service.runtime.model_runtime import LoadedModel
-from service.schemas import DetectionResult
+from service.schemas import Box, DetectionResult
 
 MaskFormat = Literal["rle", "polygon"]
+_UNLIMITED = 1 << 30
 Outputs = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class View:
+    """One network input of an image (the whole image, or one tile) and how its boxes map back: through
+    ``transform`` to the view's pixels, then by ``origin`` (x, y of the view in the original)."""
+
+    network_input: np.ndarray
+    transform: BoxTransform
+    origin: tuple[int, int] = (0, 0)
+
+    def boxes_to_original(self, boxes: np.ndarray) -> np.ndarray:
+        """``[N, 4]`` boxes normalized to the network input -> original-image pixels."""
+        out = self.transform.boxes_to_original(boxes)
+        if self.origin != (0, 0):
+            out += np.array([*self.origin, *self.origin], dtype=np.float32)
+        return out
+
+
+@dataclass(frozen=True)
+class ImagePlan:
+    """How one image will be decoded, and the tiles it is cut into (None: not tiled)."""
+
+    decode: DecodePlan
+    tiles: list[Tile] | None
+
+    full_image: bool = True
+
+    @property
+    def inputs(self) -> int:
+        """Network inputs this image takes: 1, or its tiles (plus the whole image when it is run too)."""
+        return 1 if self.tiles is None else len(self.tiles) + int(self.full_image)
 
 
 @dataclass
 class Prepared:
-    """One decoded image: the network input, how its boxes map back, and the original when drawing."""
+    """One decoded image: its network inputs (one per view), and the original when drawing."""
 
     upload: ImageUpload
     size: tuple[int, int]  # original (width, height), after EXIF orientation
-    network_input: np.ndarray
-    transform: BoxTransform
+    views: list[View]
+    tiles: list[Tile] | None
     image: np.ndarray | None  # RGB uint8 [H, W, 3], kept only to draw the boxed image
 
 
@@ -60,58 +95,100 @@ class ImageOutcome:
     upload: ImageUpload
     width: int  # original size, after EXIF orientation
     height: int
-    transform: BoxTransform
     detections: KeptDetections
     masks: np.ndarray | None  # float32 [N, Mh, Mw] for the kept detections (mask models only)
     image: np.ndarray | None = None  # RGB uint8 [H, W, 3], kept only to draw the boxed image
+    tiles: list[Tile] | None = None
 
 
 def plan_images(
-    model: LoadedModel, uploads: list[ImageUpload], resources: Resources, keep_original: bool
-) -> list[DecodePlan]:
-    """Read every header and check the request's decoded pixels against ``max_request_pixels``."""
+    model: LoadedModel,
+    uploads: list[ImageUpload],
+    resources: Resources,
+    keep_original: bool,
+    tiling: Tiling | None = None,
+) -> list[ImagePlan]:
+    """Read every header, plan each image's tiles, and check the request's decoded pixels against
+    ``max_request_pixels`` and its network inputs against ``max_images_per_request``."""
     spec = model.manifest.input
-    plans: list[DecodePlan] = []
+    tiling = tiling or Tiling()
+    max_inputs = resources.upload_limits.max_images
     reduce_to = None
     if resources.reduced_jpeg_decode and not keep_original:
 
         def reduce_to(size: tuple[int, int]) -> tuple[int, int]:
             return network_content_size(spec, size)
 
+    plans: list[ImagePlan] = []
     for upload in uploads:
-        plans.append(
-            plan_decode(
+        # Tiles need the full-size pixels: a reduced decode only for an image that is not tiled.
+        header_only = tiling.mode != "off"
+        decode = plan_decode(
+            upload.data,
+            max_pixels=resources.max_image_pixels,
+            field=upload.label,
+            reduce_to=None if header_only else reduce_to,
+        )
+        tiles = plan_tiles(
+            decode.original_size,
+            (spec.width, spec.height),
+            tiling,
+            max(1, max_inputs // len(uploads) if tiling.mode == "auto" else max_inputs - len(uploads) + 1),
+            field=f"{upload.label}: tiling",
+        )
+        if header_only and tiles is None and reduce_to is not None:
+            decode = plan_decode(
                 upload.data, max_pixels=resources.max_image_pixels, field=upload.label, reduce_to=reduce_to
             )
-        )
-    total = sum(p.decoded_pixels for p in plans)
+        plans.append(ImagePlan(decode, tiles, tiling.full_image))
+    total = sum(p.decode.decoded_pixels for p in plans)
     if total > resources.max_request_pixels:
         raise PayloadTooLarge(
             f"the request's {len(plans)} image(s) decode to {total} pixels; the limit per request is "
             f"{resources.max_request_pixels} (send fewer or smaller images)",
             field="images",
         )
+    inputs = sum(p.inputs for p in plans)
+    if inputs > max_inputs:
+        raise PayloadTooLarge(
+            f"the request's {len(plans)} image(s) are cut into {inputs} network inputs (tiles count as "
+            f"images); the limit per request is {max_inputs} (max_images_per_request): send larger tiles "
+            "or fewer images",
+            field="tiling",
+        )
     return plans
 
 
+def _views(image: np.ndarray, spec: InputSpec, size: tuple[int, int], plan: ImagePlan) -> list[View]:
+    """The image's network inputs: the whole image, then (when tiled) each tile at full resolution."""
+    views: list[View] = []
+    if plan.tiles is None or plan.full_image:
+        views.append(View(*resize_for_network(image, spec, size)))
+    for tile in plan.tiles or ():
+        crop = image[tile.y0 : tile.y1, tile.x0 : tile.x1]
+        views.append(View(*resize_for_network(crop, spec), origin=(tile.x0, tile.y0)))
+    return views
+
+
 def _prepare(
-    model: LoadedModel, upload: ImageUpload, plan: DecodePlan, keep_original: bool, stages: RequestStages
+    model: LoadedModel, upload: ImageUpload, plan: ImagePlan, keep_original: bool, stages: RequestStages
 ) -> Prepared:
     started = time.perf_counter()
-    image = decode_planned(upload.data, plan, field=upload.label)
+    decode = plan.decode
+    image = decode_planned(upload.data, decode, field=upload.label)
     upload.discard()  # the encoded bytes are no longer needed
     decoded = time.perf_counter()
-    size = plan.original_size if plan.scale_denominator > 1 else (image.shape[1], image.shape[0])
-    network_input, transform = resize_for_network(image, model.manifest.input, size)
+    size = decode.original_size if decode.scale_denominator > 1 else (image.shape[1], image.shape[0])
+    views = _views(image, model.manifest.input, size, plan)
     stages.stage("decode", decoded - started)
     stages.stage("preprocess", time.perf_counter() - decoded)
-    return Prepared(upload, size, network_input, transform, image if keep_original else None)
+    return Prepared(upload, size, views, plan.tiles, image if keep_original else None)
 
 
 async def prepare_images(
     model: LoadedModel,
     uploads: list[ImageUpload],
-    plans: list[DecodePlan],
+    plans: list[ImagePlan],
     resources: Resources,
     stages: RequestStages,
     originals: AsyncExitStack | None,
@@ -124,15 +201,14 @@ async def prepare_images(
     per_pixel = RENDER_BYTES_PER_PIXEL if originals is not None else DECODE_BYTES_PER_PIXEL
     prepared: list[Prepared] = []
     for upload, plan in zip(uploads, plans, strict=True):
-        held = resources.image_budget.hold(
-            plan.decoded_pixels * per_pixel, resources.budget_wait_s, field=upload.label
-        )
+        pixels = plan.decode.decoded_pixels
+        held = resources.image_budget.hold(pixels * per_pixel, resources.budget_wait_s, field=upload.label)
         async with AsyncExitStack() as decoding:
             owner = originals if originals is not None else decoding
             await owner.enter_async_context(held)
             prepared.append(
                 await resources.scheduler.run(
-                    plan.decoded_pixels, _prepare, model, upload, plan, originals is not None, stages
+                    pixels, _prepare, model, upload, plan, originals is not None, stages
                 )
             )
     return prepared
@@ -161,19 +237,78 @@ def postprocess(
     outputs: list[Outputs],
     params: DetectParams,
     stages: RequestStages,
+    merge: MergeRule | None = None,
 ) -> list[ImageOutcome]:
-    """Each image's kept detections (and their masks) in original-image pixels."""
+    """Each image's kept detections (and their masks) in original-image pixels; ``outputs`` hold one
+    entry per view, image after image. A tiled image's views are merged by ``merge``."""
     outcomes: list[ImageOutcome] = []
-    for item, output in zip(prepared, outputs, strict=True):
+    views_outputs = iter(outputs)
+    for item in prepared:
         started = time.perf_counter()
-        detections = select_detections(output, item.transform, model.manifest, params)
-        masks = output[MASK_OUTPUT][detections.rows] if MASK_OUTPUT in output else None
+        own = [next(views_outputs) for _ in item.views]
+        if item.tiles is None:
+            view, output = item.views[0], own[0]
+            detections = select_detections(output, view, model.manifest, params)
+            masks = output[MASK_OUTPUT][detections.rows] if MASK_OUTPUT in output else None
+        else:
+            detections, masks = _merge_views(model, item.views, own, params, merge or MergeRule())
         stages.stage("postprocess", time.perf_counter() - started)
         width, height = item.size
-        outcomes.append(
-            ImageOutcome(item.upload, width, height, item.transform, detections, masks, item.image)
-        )
+        outcomes.append(ImageOutcome(item.upload, width, height, detections, masks, item.image, item.tiles))
     return outcomes
+
+
+def _merge_views(
+    model: LoadedModel, views: list[View], outputs: list[Outputs], params: DetectParams, merge: MergeRule
+) -> tuple[KeptDetections, np.ndarray | None]:
+    """A tiled image's detections: each view's, filtered and in original pixels, then merged."""
+    every = replace(params, max_detections=_UNLIMITED)  # the limit applies to the merged detections
+    parts = []
+    for view, output in zip(views, outputs, strict=True):
+        kept = select_detections(output, view, model.manifest, every)
+        parts.append((kept, output[MASK_OUTPUT][kept.rows] if MASK_OUTPUT in output else None))
+    limit = model.manifest.max_detections if params.max_detections is None else params.max_detections
+    return merge_detections(parts, merge, limit)
+
+
+def contract_outputs(
+    model: LoadedModel, prepared: list[Prepared], outputs: list[Outputs], merge: MergeRule
+) -> list[Outputs]:
+    """Each image's contract outputs with boxes in original-image pixels (the Open Inference Protocol's
+    encoded images). A tiled image's are its views' detections above the model's ``score_threshold``,
+    merged, padded to the artifact's K rows as the graph pads them."""
+    results: list[Outputs] = []
+    views_outputs = iter(outputs)
+    for item in prepared:
+        own = [next(views_outputs) for _ in item.views]
+        if item.tiles is None:
+            boxes = item.views[0].boxes_to_original(own[0]["detection_boxes"])
+            results.append({**own[0], "detection_boxes": boxes})
+            continue
+        params = DetectParams(score_threshold=model.manifest.score_threshold)
+        detections, masks = _merge_views(model, item.views, own, params, merge)
+        k = own[0]["detection_scores"].shape[0]
+        n = min(len(detections), k)
+        merged: Outputs = {
+            "num_detections": np.array([n], dtype=np.int32),
+            "detection_boxes": _padded(detections.boxes[:n], k),
+            "detection_scores": _padded(detections.scores[:n], k),
+            "detection_classes": _padded(detections.classes[:n], k),
+        }
+        if masks is not None:
+            merged[MASK_OUTPUT] = _padded(masks[:n], k)
+        results.append(merged)
+    return results
+
+
+def _tile_boxes(tiles: list[Tile] | None) -> list[Box] | None:
+    return None if tiles is None else [Box(x1=t.x0, y1=t.y0, x2=t.x1, y2=t.y1) for t in tiles]
+
+
+def _padded(rows: np.ndarray, k: int) -> np.ndarray:
+    out = np.zeros((k, *rows.shape[1:]), dtype=rows.dtype)
+    out[: len(rows)] = rows
+    return out
 
 
 def _json_result(
@@ -193,6 +328,7 @@ def _json_result(
         width=width,
         height=height,
         detections=to_schema(outcome.detections, model.manifest.labels, rles, polygons),
+        tiles=_tile_boxes(outcome.tiles),
     )
     stages.stage("encode", time.perf_counter() - started)
     return result
@@ -225,7 +361,9 @@ async def json_results(
     return results
 
 
-def _render(model: LoadedModel, outcome: ImageOutcome, fmt: ImageFormat, stages: RequestStages) -> bytes:
+def _render(
+    model: LoadedModel, outcome: ImageOutcome, fmt: ImageFormat, draw_tiles: bool, stages: RequestStages
+) -> bytes:
     started = time.perf_counter()
     assert outcome.image is not None, "the original is kept for drawing"
     height, width = outcome.image.shape[:2]
@@ -235,13 +373,21 @@ def _render(model: LoadedModel, outcome: ImageOutcome, fmt: ImageFormat, stages:
             paste_mask(mask, box, height, width)
             for mask, box in zip(outcome.masks, outcome.detections.boxes, strict=True)
         )
-    data = render_detections(outcome.image, outcome.detections, model.manifest.labels, fmt, pasted)
+    grid = [(t.x0, t.y0, t.x1, t.y1) for t in outcome.tiles or ()] if draw_tiles else []
+    data = render_detections(outcome.image, outcome.detections, model.manifest.labels, fmt, pasted, grid)
     stages.stage("render", time.perf_counter() - started)
     return data
 
 
 async def boxed_image(
-    model: LoadedModel, outcome: ImageOutcome, fmt: ImageFormat, resources: Resources, stages: RequestStages
+    model: LoadedModel,
+    outcome: ImageOutcome,
+    fmt: ImageFormat,
+    resources: Resources,
+    stages: RequestStages,
+    draw_tiles: bool = False,
 ) -> bytes:
-    """The original image with its detections drawn, encoded as ``fmt`` (in a worker thread)."""
-    return await resources.scheduler.run(outcome.width * outcome.height, _render, model, outcome, fmt, stages)
+    """The original image with its detections drawn (and its tile grid, with ``draw_tiles``), encoded
+    as ``fmt`` (in a worker thread)."""
+    pixels = outcome.width * outcome.height
+    return await resources.scheduler.run(pixels, _render, model, outcome, fmt, draw_tiles, stages)

@@ -31,11 +31,13 @@ import numpy as np
 from service.errors import BadRequest
 from service.imaging.postprocess import DetectParams
 from service.imaging.render import ImageFormat
+from service.imaging.tiling import Tiling
 from service.pipeline.detect import (
     MaskFormat,
     Outputs,
     Prepared,
     boxed_image,
+    contract_outputs,
     infer,
     json_results,
     plan_images,
@@ -74,6 +76,8 @@ class DetectOptions:
     params: DetectParams = field(default_factory=DetectParams)
     format: OutputFormat = "json"
     mask_format: MaskFormat = "rle"
+    tiling: Tiling = field(default_factory=Tiling)
+    draw_tiles: bool = False  # a boxed image shows the tile grid
 
 
 @dataclass(frozen=True)
@@ -166,23 +170,25 @@ class PipelineRequest:
                 "json)",
                 field="format",
             )
+        tiling = options.tiling
         async with AsyncExitStack() as originals:
-            prepared, outputs = await self._run(images, originals if fmt != "json" else None)
-            outcomes = postprocess(self.model, prepared, outputs, options.params, self.stages)
+            prepared, outputs = await self._run(images, originals if fmt != "json" else None, tiling)
+            outcomes = postprocess(self.model, prepared, outputs, options.params, self.stages, tiling.merge)
             if fmt == "json":
                 return await json_results(
                     self.model, outcomes, self._resources, options.mask_format, self.stages
                 )
-            data = await boxed_image(self.model, outcomes[0], fmt, self._resources, self.stages)
+            data = await boxed_image(
+                self.model, outcomes[0], fmt, self._resources, self.stages, options.draw_tiles
+            )
             return BoxedImage(data, fmt, len(outcomes[0].detections))
 
-    async def infer_encoded(self, images: list[ImageUpload]) -> list[Outputs]:
-        """Each encoded image's contract outputs, its boxes mapped to original-image pixels."""
-        prepared, outputs = await self._run(images, None)
-        return [
-            {**output, "detection_boxes": item.transform.boxes_to_original(output["detection_boxes"])}
-            for item, output in zip(prepared, outputs, strict=True)
-        ]
+    async def infer_encoded(self, images: list[ImageUpload], tiling: Tiling | None = None) -> list[Outputs]:
+        """Each encoded image's contract outputs, its boxes mapped to original-image pixels. A tiled image's
+        outputs are its merged detections above the model's score threshold (`tiled_outputs`)."""
+        tiling = tiling or Tiling()
+        prepared, outputs = await self._run(images, None, tiling)
+        return contract_outputs(self.model, prepared, outputs, tiling.merge)
 
     async def infer_tensors(self, images: Sequence[np.ndarray]) -> list[Outputs]:
         """Each network-sized image's (``uint8 [H, W, 3]``) contract outputs."""
@@ -199,19 +205,19 @@ class PipelineRequest:
         return self.stages.server_timing(time.monotonic() - self.started_at)
 
     async def _run(
-        self, images: list[ImageUpload], originals: AsyncExitStack | None
+        self, images: list[ImageUpload], originals: AsyncExitStack | None, tiling: Tiling
     ) -> tuple[list[Prepared], list[Outputs]]:
         nbytes = sum(len(image.data) for image in images)
         plans = await self.compute(
-            plan_images, self.model, images, self._resources, originals is not None, nbytes=nbytes
+            plan_images, self.model, images, self._resources, originals is not None, tiling, nbytes=nbytes
         )
-        self._admit(len(plans))
+        self._admit(sum(plan.inputs for plan in plans))  # a tile is queued, and admitted, as an image
 
         async def decode_and_infer() -> tuple[list[Prepared], list[Outputs]]:
             prepared = await prepare_images(
                 self.model, images, plans, self._resources, self.stages, originals
             )
-            network_inputs = [item.network_input for item in prepared]
+            network_inputs = [view.network_input for item in prepared for view in item.views]
             return prepared, await infer(self.model, network_inputs, self.deadline, self.stages)
 
         result = await cancel_when_gone(self._gone, decode_and_infer())

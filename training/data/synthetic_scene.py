@@ -13,6 +13,7 @@ from numpy.typing import NDArray
 
 __all__ = [
     "CATEGORIES",
+    "LARGE_SCENES",
     "SyntheticConfig",
     "SyntheticObject",
     "mask_bounds",
@@ -45,6 +46,20 @@ class SyntheticConfig:
     attempts_per_object: int = 25
     jpeg_quality: int = 92
     categories: tuple[tuple[int, str], ...] = field(default=CATEGORIES)
+    # Dots in the clutter are sized from min(image side, this): None sizes them from the image, which on
+    # large scenes would draw dots as big as the (small) shapes.
+    clutter_side: int | None = None
+
+
+# Large scenes with small objects (tiled inference: docs/tiling.md): 2000-4000 px a side, shapes of about
+# 20-80 px (boxes; diameters 0.0045-0.0135 of sqrt(width * height)), up to 60 of them.
+LARGE_SCENES = SyntheticConfig(
+    side_range=(2000, 4000),
+    max_objects=60,
+    size_range=(0.0045, 0.0135),
+    min_box_fraction=0.003,
+    clutter_side=480,
+)
 
 
 @dataclass
@@ -184,7 +199,9 @@ def mask_bounds(mask: NDArray[np.bool_]) -> tuple[int, int, int, int] | None:
 # ---------------------------------------------------------------------------------------------- painting
 
 
-def _background(rng: np.random.Generator, height: int, width: int) -> NDArray[np.float32]:
+def _background(
+    rng: np.random.Generator, height: int, width: int, clutter_side: int | None = None
+) -> NDArray[np.float32]:
     """Float RGB [H, W, 3] in 0..255: a gradient, optionally textured and striped, with clutter."""
     yy = np.arange(height, dtype=np.float32)[:, None]
     xx = np.arange(width, dtype=np.float32)[None, :]
@@ -235,9 +252,10 @@ def _background(rng: np.random.Generator, height: int, width: int) -> NDArray[np
         walk = (start + np.cumsum(steps, axis=0)).astype(np.int32)
         color = rng.uniform(0, 255, 3).tolist()
         cv2.polylines(img, [walk], False, color, int(rng.integers(1, 3)), cv2.LINE_AA)
+    dot_side = short if clutter_side is None else min(short, clutter_side)
     for _ in range(rng.integers(0, 25)):  # dots, far below the smallest object
         centre = (int(rng.integers(0, width)), int(rng.integers(0, height)))
-        radius = int(rng.integers(1, max(2, int(0.015 * short))))
+        radius = int(rng.integers(1, max(2, int(0.015 * dot_side))))
         cv2.circle(img, centre, radius, rng.uniform(0, 255, 3).tolist(), -1, cv2.LINE_AA)
     return cast("NDArray[np.float32]", img)
 
@@ -314,7 +332,7 @@ def render_sample(
     cfg = cfg or SyntheticConfig()
     width = int(rng.integers(cfg.side_range[0], cfg.side_range[1] + 1))
     height = int(rng.integers(cfg.side_range[0], cfg.side_range[1] + 1))
-    img = _background(rng, height, width)
+    img = _background(rng, height, width, cfg.clutter_side)
     objects: list[SyntheticObject] = []
     for _ in range(int(rng.integers(1, cfg.max_objects + 1))):
         # The class is drawn once per object, not per attempt: large shapes are rejected more often, and

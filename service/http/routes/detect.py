@@ -15,8 +15,9 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 
 from service.errors import NotAcceptable
-from service.http.deps import BodyReaderDep, DetectQueryDep, ModelDep, PipelineDep
+from service.http.deps import BodyReaderDep, DetectQueryDep, ModelDep, PipelineDep, SettingsDep
 from service.http.middleware import started_at
+from service.http.tiling_options import tiling_options
 from service.http.uploads import IMAGE_FIELDS, RAW_MEDIA_TYPES, disconnected
 from service.imaging.postprocess import DetectParams, parse_class_filter
 from service.imaging.render import MEDIA_TYPES
@@ -127,13 +128,22 @@ def choose_format(requested: OutputFormat | None, accept: str | None) -> OutputF
 @router.post("/detect", responses=_RESPONSES, openapi_extra=_REQUEST_BODY, response_class=Response)
 @router.post("/v1/detect", responses=_RESPONSES, openapi_extra=_REQUEST_BODY, response_class=Response)
 async def detect(
-    request: Request, query: DetectQueryDep, model: ModelDep, pipeline: PipelineDep, reader: BodyReaderDep
+    request: Request,
+    query: DetectQueryDep,
+    model: ModelDep,
+    pipeline: PipelineDep,
+    reader: BodyReaderDep,
+    settings: SettingsDep,
 ) -> Response:
-    """Detect objects in one or several images."""
+    """Detect objects in one or several images (large ones in tiles, with ``tiling``)."""
     fmt = choose_format(query.format, request.headers.get("accept"))
     classes = parse_class_filter(query.classes, model.manifest.labels)
     options = DetectOptions(
-        DetectParams(query.score_threshold, query.max_detections, classes), fmt, query.mask_format
+        DetectParams(query.score_threshold, query.max_detections, classes),
+        fmt,
+        query.mask_format,
+        tiling_options(settings, model.name, query.tiling, query.tile_overlap),
+        query.tile_grid,
     )
     async with pipeline.admit(model, started_at(request), gone=disconnected(request)) as run:
         images = await run.hold_input(reader.images(request))

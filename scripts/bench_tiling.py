@@ -1,0 +1,197 @@
+"""Accuracy and time of tiled inference, measured through the served path (docs/tiling.md).
+
+For each model and tiling configuration this starts ``detect-serve`` on 127.0.0.1 with a repository holding
+only that model, posts every image of a COCO split (``/detect?tiling=...&score_threshold=0.05``, one
+request at a time), and scores the answers with pycocotools: AP, AP50, AP-small, AP-medium, plus the
+median and mean seconds per image as the client saw them. The large synthetic scenes come from::
+
+    .venv/bin/detect-train synth --out data/large --num-train 0 --num-val 20 --seed 3 --scene large
+
+Resumable: each finished (model, configuration) is a line of ``--out`` (JSON lines) and is skipped when
+the script runs again. ``--table`` prints the results as the Markdown table of docs/tiling.md.
+
+    .venv/bin/python scripts/bench_tiling.py --data data/large --models efficientdet-d0-synth-int8 \\
+        --tiling off auto 256x256 --overlap 0.2 --merge greedy_nmm:ios nms:iou --out runs/tiling.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+from pycocotools.coco import COCO
+from pycocotools.cocoeval import COCOeval
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def serving(model_dir: Path, settings: dict[str, str]) -> Iterator[str]:
+    """``detect-serve`` on a repository holding only ``model_dir``; yields its base URL."""
+    with tempfile.TemporaryDirectory() as repo:
+        (Path(repo) / model_dir.name).symlink_to(model_dir.resolve())
+        port = _free_port()
+        env = {**os.environ, **settings, "DETECT_DEFAULT_MODEL": model_dir.name, "DETECT_ACCESS_LOG": "false"}
+        command = [str(Path(sys.executable).parent / "detect-serve"), "--model-repository", repo]
+        command += ["--host", "127.0.0.1", "--port", str(port)]
+        server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline:
+                if server.poll() is not None:
+                    raise RuntimeError(f"detect-serve exited: {server.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+                with contextlib.suppress(httpx.HTTPError):
+                    if httpx.get(f"{url}/health/ready", timeout=2).status_code == 200:
+                        break
+                time.sleep(0.5)
+            else:
+                raise RuntimeError("detect-serve did not become ready in 180 s")
+            yield url
+        finally:
+            server.terminate()
+            server.wait(timeout=60)
+
+
+def run_config(url: str, coco: COCO, images_dir: Path, tiling: str, overlap: float) -> dict[str, Any]:
+    """Detections of every image of ``coco`` through ``url``, scored; with seconds per image."""
+    detections: list[dict[str, Any]] = []
+    seconds: list[float] = []
+    inputs: list[int] = []
+    params = {"tiling": tiling, "tile_overlap": str(overlap), "score_threshold": "0.05"}
+    with httpx.Client(timeout=600) as client:
+        for image_id in sorted(coco.getImgIds()):
+            info = coco.loadImgs(image_id)[0]
+            data = (images_dir / info["file_name"]).read_bytes()
+            started = time.perf_counter()
+            response = client.post(
+                f"{url}/detect", params=params, content=data, headers={"Content-Type": "image/jpeg"}
+            )
+            seconds.append(time.perf_counter() - started)
+            response.raise_for_status()
+            body = response.json()
+            inputs.append(len(body.get("tiles") or []))
+            for d in body["detections"]:
+                box = d["box"]
+                detections.append(
+                    {
+                        "image_id": image_id,
+                        "category_id": d["category_id"],
+                        "bbox": [box["x1"], box["y1"], box["x2"] - box["x1"], box["y2"] - box["y1"]],
+                        "score": d["score"],
+                    }
+                )
+    stats = _coco_stats(coco, detections)
+    return {
+        **stats,
+        "images": len(seconds),
+        "tiles_per_image": statistics.mean(inputs),
+        "median_s": statistics.median(seconds),
+        "mean_s": statistics.mean(seconds),
+    }
+
+
+def _coco_stats(coco: COCO, detections: list[dict[str, Any]]) -> dict[str, float]:
+    if not detections:
+        return {"ap": 0.0, "ap50": 0.0, "ap_small": 0.0, "ap_medium": 0.0}
+    with contextlib.redirect_stdout(io.StringIO()):
+        evaluator = COCOeval(coco, coco.loadRes(detections), "bbox")
+        evaluator.evaluate()
+        evaluator.accumulate()
+        evaluator.summarize()
+    s = np.maximum(evaluator.stats, 0.0)  # -1: no ground truth of that size
+    return {"ap": float(s[0]), "ap50": float(s[1]), "ap_small": float(s[3]), "ap_medium": float(s[4])}
+
+
+def _key(row: dict[str, Any]) -> tuple[str, str, float, str, bool]:
+    return (row["model"], row["tiling"], row["overlap"], row["merge"], row["full_image"])
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", type=Path, default=Path("data/large"), help="COCO root (val split)")
+    parser.add_argument("--split", default="val")
+    parser.add_argument("--models", nargs="+", default=["efficientdet-d0-synth-int8"])
+    parser.add_argument("--repository", type=Path, default=REPO / "models")
+    parser.add_argument("--tiling", nargs="+", default=["off", "auto"])
+    parser.add_argument("--overlap", nargs="+", type=float, default=[0.2])
+    parser.add_argument("--merge", nargs="+", default=["greedy_nmm:ios"], help="METHOD:METRIC[:THRESHOLD]")
+    parser.add_argument("--no-full-image", action="store_true", help="tiles only, not the whole image too")
+    parser.add_argument("--max-inputs", type=int, default=None, help="DETECT_MAX_IMAGES_PER_REQUEST")
+    parser.add_argument("--out", type=Path, default=Path("runs/tiling.jsonl"))
+    parser.add_argument("--table", action="store_true", help="print --out as a Markdown table and exit")
+    args = parser.parse_args(argv)
+    done = [json.loads(line) for line in args.out.read_text().splitlines()] if args.out.exists() else []
+    if args.table:
+        print_table(done)
+        return
+    seen = {_key(row) for row in done}
+    coco = COCO(str(args.data / "annotations" / f"instances_{args.split}.json"))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    for model in args.models:
+        for merge in args.merge:
+            method, metric, *threshold = merge.split(":")
+            settings = {
+                "DETECT_TILING_MERGE": method,
+                "DETECT_TILING_MATCH_METRIC": metric,
+                "DETECT_TILING_MATCH_THRESHOLD": threshold[0] if threshold else "0.5",
+                "DETECT_TILING_FULL_IMAGE": "false" if args.no_full_image else "true",
+                "DETECT_REQUEST_TIMEOUT_MS": "600000",
+            }
+            if args.max_inputs:
+                settings["DETECT_MAX_IMAGES_PER_REQUEST"] = str(args.max_inputs)
+                settings["DETECT_MAX_QUEUE_SIZE"] = str(2 * args.max_inputs)
+            todo = [
+                (t, o)
+                for t in args.tiling
+                for o in args.overlap
+                if (model, t, o, merge, not args.no_full_image) not in seen
+            ]
+            if not todo:
+                continue
+            with serving(args.repository / model, settings) as url:
+                for tiling, overlap in todo:
+                    row = {"model": model, "tiling": tiling, "overlap": overlap, "merge": merge}
+                    row |= {"full_image": not args.no_full_image, "max_inputs": args.max_inputs}
+                    row |= run_config(url, coco, args.data / args.split, tiling, overlap)
+                    print(json.dumps(row), flush=True)
+                    with args.out.open("a") as out:
+                        out.write(json.dumps(row) + "\n")
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    header = ["model", "tiling", "overlap", "merge", "whole image too", "tiles / image"]
+    header += ["AP", "AP50", "AP-small", "AP-medium", "s / image (median)"]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for r in rows:
+        cells = [r["model"], r["tiling"], str(r["overlap"]), r["merge"], "yes" if r["full_image"] else "no"]
+        cells.append(f"{r['tiles_per_image']:.0f}")
+        cells += [f"{r[k]:.3f}" for k in ("ap", "ap50", "ap_small", "ap_medium")]
+        cells.append(f"{r['median_s']:.2f}")
+        print("| " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+"""A request's tiling, from its parameters over the model's default over the server's settings."""
+
+from __future__ import annotations
+
+from service.imaging.merging import MergeRule
+from service.imaging.tiling import Tiling, check_overlap, parse_tiling
+from service.settings import Settings
+
+
+def tiling_options(
+    settings: Settings, model_name: str, tiling: str | None, overlap: float | None, *, field: str = "tiling"
+) -> Tiling:
+    """The `Tiling` of a request for ``model_name`` that asked for ``tiling`` and ``overlap`` (None: the
+    model's default from ``model_overrides``, else the server's). Raises `BadRequest` naming ``field``."""
+    override = settings.model_overrides.get(model_name)
+    spec = tiling or (override.tiling if override is not None else None) or settings.tiling
+    mode, size = parse_tiling(spec, field=field)
+    return Tiling(
+        mode=mode,
+        tile_size=size,
+        overlap=check_overlap(settings.tiling_overlap if overlap is None else overlap),
+        full_image=settings.tiling_full_image,
+        auto_min_scale=settings.tiling_auto_min_scale,
+        merge=MergeRule(settings.tiling_merge, settings.tiling_match_metric, settings.tiling_match_threshold),
+    )

@@ -1,0 +1,185 @@
+"""Tiled (sliced) inference: which tiles a large image is cut into, known from its header alone.
+
+A photo of 4000x3000 shrunk to a 256x256 network input turns a 60 px object into 4 px. Tiling cuts the
+image into overlapping tiles at about the network's input scale, runs each tile (plus, optionally, the
+whole image downscaled, for objects larger than a tile) as its own network input, and merges the
+detections back in original pixels (`service.imaging.merging`).
+
+The grid is SAHI's (``sahi.slicing.get_slice_bboxes``): tiles of ``tile_w x tile_h`` stepping by the tile
+size less ``int(overlap * side)``, the last tile of a row or column moved back to end at the image's
+border, so every tile is whole and every pixel covered; ``tests/service/imaging/test_tiling.py`` checks it
+against SAHI's own function. Everything here is decided from the image's size, before any pixel is
+decoded, so a request's tiles count against its limits as that many images would.
+
+- ``off``: one network input per image, as without tiling.
+- ``WxH``: tiles of exactly that size (each side `MIN_TILE_SIDE`..`MAX_TILE_SIDE` px).
+- ``auto``: tiles only when the image is more than ``auto_min_scale`` times the network input along a
+  side; tiles have the network input's size, grown in steps of 25% until the request's tiles fit the
+  per-request image limit.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+from service.errors import BadRequest, PayloadTooLarge
+from service.imaging.merging import MergeRule
+
+# A tile smaller than this carries too little context to detect anything in; larger than this it is no
+# longer a tile (and a typo such as 100000x100000 must not plan a grid of one).
+MIN_TILE_SIDE = 32
+MAX_TILE_SIDE = 8192
+MAX_OVERLAP = 0.75
+_AUTO_GROWTH = 1.25
+_SIZE = re.compile(r"^\s*(\d{1,6})\s*[xX]\s*(\d{1,6})\s*$")
+
+TilingMode = Literal["off", "auto", "fixed"]
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """How a request's images are tiled: ``mode``, the tile size for ``fixed``, the overlap between
+    neighbouring tiles (a fraction of the tile side), whether the whole image is also run, when ``auto``
+    tiles, and how the tiles' detections are merged."""
+
+    mode: TilingMode = "off"
+    tile_size: tuple[int, int] | None = None  # (width, height), fixed mode only
+    overlap: float = 0.2
+    full_image: bool = True
+    auto_min_scale: float = 2.0
+    merge: MergeRule = field(default_factory=MergeRule)
+
+
+@dataclass(frozen=True)
+class Tile:
+    """One tile: the pixels ``[x0, x1) x [y0, y1)`` of the original image."""
+
+    x0: int
+    y0: int
+    x1: int
+    y1: int
+
+    @property
+    def width(self) -> int:
+        return self.x1 - self.x0
+
+    @property
+    def height(self) -> int:
+        return self.y1 - self.y0
+
+
+def parse_tiling(spec: str, *, field: str = "tiling") -> tuple[TilingMode, tuple[int, int] | None]:
+    """``"off"``, ``"auto"`` or ``"WxH"`` -> (mode, tile size). Raises `BadRequest` naming ``field``."""
+    value = spec.strip().lower()
+    if value in ("off", "auto"):
+        return ("off" if value == "off" else "auto"), None
+    match = _SIZE.match(value)
+    if match is None:
+        raise BadRequest(
+            f"{field}: expected off, auto or a tile size WIDTHxHEIGHT such as 512x512; got {spec!r}",
+            field=field,
+        )
+    width, height = int(match[1]), int(match[2])
+    for side in (width, height):
+        if not MIN_TILE_SIDE <= side <= MAX_TILE_SIDE:
+            raise BadRequest(
+                f"{field}: tile sides must be {MIN_TILE_SIDE}..{MAX_TILE_SIDE} px; got {width}x{height}",
+                field=field,
+            )
+    return "fixed", (width, height)
+
+
+def check_overlap(overlap: float, *, field: str = "tile_overlap") -> float:
+    """``overlap`` if it is a usable fraction of the tile side (0..`MAX_OVERLAP`), else `BadRequest`."""
+    if not (0.0 <= overlap <= MAX_OVERLAP) or math.isnan(overlap):
+        raise BadRequest(
+            f"{field}: the overlap is a fraction of the tile side, 0..{MAX_OVERLAP}; got {overlap} (at 1.0 "
+            "tiles would never advance)",
+            field=field,
+        )
+    return overlap
+
+
+def slice_grid(width: int, height: int, tile_width: int, tile_height: int, overlap: float) -> list[Tile]:
+    """The tiles covering a ``width x height`` image, row by row (SAHI's ``get_slice_bboxes`` rule)."""
+    step_x = tile_width - int(overlap * tile_width)
+    step_y = tile_height - int(overlap * tile_height)
+    return [
+        Tile(x0, y0, min(x0 + tile_width, width), min(y0 + tile_height, height))
+        for y0 in _starts(height, tile_height, step_y)
+        for x0 in _starts(width, tile_width, step_x)
+    ]
+
+
+def _starts(length: int, tile: int, step: int) -> list[int]:
+    """Tile start positions along one side: every ``step``, the last one moved back to end at ``length``."""
+    starts: list[int] = []
+    start = 0
+    while True:
+        end = start + tile
+        if end >= length:
+            starts.append(max(0, length - tile))
+            return starts
+        starts.append(start)
+        start = end - (tile - step)
+
+
+def plan_tiles(
+    size: tuple[int, int], network: tuple[int, int], tiling: Tiling, max_inputs: int, *, field: str
+) -> list[Tile] | None:
+    """The tiles of an image of ``size`` (width, height) for a network input of ``network`` (width,
+    height), or None when it is not tiled. At most ``max_inputs`` network inputs (tiles, plus the whole
+    image when ``tiling.full_image``).
+
+    Raises `BadRequest` when the image is too thin to tile, `PayloadTooLarge` when a fixed tile size
+    would make more inputs than ``max_inputs``.
+    """
+    width, height = size
+    if tiling.mode == "off":
+        return None
+    if tiling.mode == "auto":
+        scale = max(width / network[0], height / network[1])
+        if scale <= tiling.auto_min_scale:
+            return None
+    if min(width, height) < MIN_TILE_SIDE:
+        raise BadRequest(
+            f"{field}: a {width}x{height} image cannot be tiled: both sides must be at least {MIN_TILE_SIDE} "
+            "px (send tiling=off)",
+            field=field,
+        )
+    extra = 1 if tiling.full_image else 0
+    if tiling.mode == "fixed":
+        assert tiling.tile_size is not None, "fixed tiling has a tile size"
+        tiles = slice_grid(width, height, *tiling.tile_size, tiling.overlap)
+        if len(tiles) + extra > max_inputs:
+            raise PayloadTooLarge(
+                f"{field}: tiles of {tiling.tile_size[0]}x{tiling.tile_size[1]} cut the {width}x{height} "
+                f"image into {len(tiles)} tiles (+{extra} whole image); at most {max_inputs} network inputs "
+                "fit this request (max_images_per_request): send larger tiles, or tiling=auto",
+                field=field,
+            )
+        return tiles
+    return _auto_tiles(width, height, network, tiling.overlap, max_inputs - extra, field)
+
+
+def _auto_tiles(
+    width: int, height: int, network: tuple[int, int], overlap: float, budget: int, field: str
+) -> list[Tile]:
+    """Network-sized tiles, grown by 25% at a time until at most ``budget`` cover the image."""
+    if budget < 1:
+        raise PayloadTooLarge(
+            f"{field}: no room for tiles: the request's other images take every network input it may have "
+            "(max_images_per_request)",
+            field=field,
+        )
+    factor = 1.0
+    while True:
+        tile_w = min(width, round(network[0] * factor))
+        tile_h = min(height, round(network[1] * factor))
+        tiles = slice_grid(width, height, tile_w, tile_h, overlap)
+        if len(tiles) <= budget:
+            return tiles
+        factor *= _AUTO_GROWTH
