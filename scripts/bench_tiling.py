@@ -74,14 +74,16 @@ def serving(model_dir: Path, settings: dict[str, str]) -> Iterator[str]:
             server.wait(timeout=60)
 
 
-def run_config(url: str, coco: COCO, images_dir: Path, tiling: str, overlap: float) -> dict[str, Any]:
-    """Detections of every image of ``coco`` through ``url``, scored; with seconds per image."""
+def run_config(
+    url: str, coco: COCO, image_ids: list[int], images_dir: Path, tiling: str, overlap: float
+) -> dict[str, Any]:
+    """Detections of ``image_ids`` of ``coco`` through ``url``, scored; with seconds per image."""
     detections: list[dict[str, Any]] = []
     seconds: list[float] = []
     inputs: list[int] = []
     params = {"tiling": tiling, "tile_overlap": str(overlap), "score_threshold": "0.05"}
     with httpx.Client(timeout=600) as client:
-        for image_id in sorted(coco.getImgIds()):
+        for image_id in image_ids:
             info = coco.loadImgs(image_id)[0]
             data = (images_dir / info["file_name"]).read_bytes()
             started = time.perf_counter()
@@ -102,7 +104,7 @@ def run_config(url: str, coco: COCO, images_dir: Path, tiling: str, overlap: flo
                         "score": d["score"],
                     }
                 )
-    stats = _coco_stats(coco, detections)
+    stats = _coco_stats(coco, image_ids, detections)
     return {
         **stats,
         "images": len(seconds),
@@ -112,11 +114,12 @@ def run_config(url: str, coco: COCO, images_dir: Path, tiling: str, overlap: flo
     }
 
 
-def _coco_stats(coco: COCO, detections: list[dict[str, Any]]) -> dict[str, float]:
+def _coco_stats(coco: COCO, image_ids: list[int], detections: list[dict[str, Any]]) -> dict[str, float]:
     if not detections:
         return {"ap": 0.0, "ap50": 0.0, "ap_small": 0.0, "ap_medium": 0.0}
     with contextlib.redirect_stdout(io.StringIO()):
         evaluator = COCOeval(coco, coco.loadRes(detections), "bbox")
+        evaluator.params.imgIds = image_ids
         evaluator.evaluate()
         evaluator.accumulate()
         evaluator.summarize()
@@ -124,14 +127,15 @@ def _coco_stats(coco: COCO, detections: list[dict[str, Any]]) -> dict[str, float
     return {"ap": float(s[0]), "ap50": float(s[1]), "ap_small": float(s[3]), "ap_medium": float(s[4])}
 
 
-def _key(row: dict[str, Any]) -> tuple[str, str, float, str, bool]:
-    return (row["model"], row["tiling"], row["overlap"], row["merge"], row["full_image"])
+def _key(row: dict[str, Any]) -> tuple[str, str, float, str, bool, int]:
+    return (row["model"], row["tiling"], row["overlap"], row["merge"], row["full_image"], row["images"])
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", type=Path, default=Path("data/large"), help="COCO root (val split)")
     parser.add_argument("--split", default="val")
+    parser.add_argument("--max-images", type=int, default=None, help="the first N images of the split")
     parser.add_argument("--models", nargs="+", default=["efficientdet-d0-synth-int8"])
     parser.add_argument("--repository", type=Path, default=REPO / "models")
     parser.add_argument("--tiling", nargs="+", default=["off", "auto"])
@@ -148,6 +152,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     seen = {_key(row) for row in done}
     coco = COCO(str(args.data / "annotations" / f"instances_{args.split}.json"))
+    image_ids = sorted(coco.getImgIds())[: args.max_images]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for model in args.models:
         for merge in args.merge:
@@ -166,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
                 (t, o)
                 for t in args.tiling
                 for o in args.overlap
-                if (model, t, o, merge, not args.no_full_image) not in seen
+                if (model, t, o, merge, not args.no_full_image, len(image_ids)) not in seen
             ]
             if not todo:
                 continue
@@ -174,7 +179,7 @@ def main(argv: list[str] | None = None) -> None:
                 for tiling, overlap in todo:
                     row = {"model": model, "tiling": tiling, "overlap": overlap, "merge": merge}
                     row |= {"full_image": not args.no_full_image, "max_inputs": args.max_inputs}
-                    row |= run_config(url, coco, args.data / args.split, tiling, overlap)
+                    row |= run_config(url, coco, image_ids, args.data / args.split, tiling, overlap)
                     print(json.dumps(row), flush=True)
                     with args.out.open("a") as out:
                         out.write(json.dumps(row) + "\n")

@@ -8,17 +8,23 @@ from service.settings import Settings
 
 
 def tiling_options(
-    settings: Settings, model_name: str, tiling: str | None, overlap: float | None, *, field: str = "tiling"
+    settings: Settings,
+    model_name: str,
+    tiling: str | None,
+    overlap: float | None,
+    *,
+    field: str = "tiling",
+    overlap_field: str = "tile_overlap",
 ) -> Tiling:
     """The `Tiling` of a request for ``model_name`` that asked for ``tiling`` and ``overlap`` (None: the
-    model's default from ``model_overrides``, else the server's). Raises `BadRequest` naming ``field``."""
+    model's default from ``model_overrides``, else the server's). Raises `BadRequest` naming the field."""
     override = settings.model_overrides.get(model_name)
     spec = tiling or (override.tiling if override is not None else None) or settings.tiling
     mode, size = parse_tiling(spec, field=field)
     return Tiling(
         mode=mode,
         tile_size=size,
-        overlap=check_overlap(settings.tiling_overlap if overlap is None else overlap),
+        overlap=check_overlap(settings.tiling_overlap if overlap is None else overlap, field=overlap_field),
         full_image=settings.tiling_full_image,
         auto_min_scale=settings.tiling_auto_min_scale,
         merge=MergeRule(settings.tiling_merge, settings.tiling_match_metric, settings.tiling_match_threshold),

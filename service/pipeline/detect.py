@@ -134,7 +134,7 @@ def plan_images(
             (spec.width, spec.height),
             tiling,
             max(1, max_inputs // len(uploads) if tiling.mode == "auto" else max_inputs - len(uploads) + 1),
-            field=f"{upload.label}: tiling",
+            field="tiling",
         )
         if header_only and tiles is None and reduce_to is not None:
             decode = plan_decode(

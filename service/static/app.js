@@ -152,6 +152,7 @@ async function detect() {
     version: model.version,
     score_threshold: String(model.score_threshold), // everything the slider can reach, in one request
   });
+  if ($("tiling").value) params.set("tiling", $("tiling").value);
   const type = ["image/jpeg", "image/png"].includes(state.blob.type) ? state.blob.type : "application/octet-stream";
   canvas.dataset.state = "busy";
   setStatus("Detecting…");
@@ -252,6 +253,13 @@ function drawMasks(ctx, detections, width, height) {
   return areas;
 }
 
+// The tiles a tiled request was cut into (result.tiles, original pixels): thin white frames.
+function drawTiles(ctx, tiles, width, height) {
+  ctx.lineWidth = Math.max(1, Math.round(Math.max(width, height) / 800));
+  ctx.strokeStyle = "rgba(255, 255, 255, 0.8)";
+  for (const t of tiles) ctx.strokeRect(t.x1, t.y1, t.x2 - t.x1, t.y2 - t.y1);
+}
+
 function drawBoxes(ctx, detections, width, height) {
   const line = Math.max(2, Math.round(Math.max(width, height) / 250));
   const font = Math.max(12, Math.round(Math.max(width, height) / 40));
@@ -327,6 +335,7 @@ function draw() {
   const ctx = canvas.getContext("2d");
   if (state.bitmap) ctx.drawImage(state.bitmap, 0, 0, width, height);
   const shown = visibleDetections();
+  if ($("tile-grid").checked) drawTiles(ctx, result.tiles ?? [], width, height);
   const areas = drawMasks(ctx, shown, width, height);
   drawBoxes(ctx, shown, width, height);
   fillDetectionsTable(shown);
@@ -342,9 +351,10 @@ function draw() {
   canvas.dataset.drawn = JSON.stringify(drawn);
   canvas.dataset.state = "done";
   window.detectPage = { result, drawn, requests: state.requests };
+  const tiled = result.tiles ? `, ${result.tiles.length} tiles` : "";
   setStatus(
     `${drawn.length} of ${result.detections.length} detections shown (score ≥ ${Number(slider.value).toFixed(2)}); ` +
-      `${result.model} version ${result.version}, ${width}x${height} px`,
+      `${result.model} version ${result.version}, ${width}x${height} px${tiled}`,
   );
 }
 
@@ -354,6 +364,8 @@ $("model").addEventListener("change", selectModel);
 $("api-key").addEventListener("change", loadModels);
 $("version").addEventListener("change", selectVersion);
 slider.addEventListener("input", draw);
+$("tiling").addEventListener("change", detect);
+$("tile-grid").addEventListener("change", draw);
 window.addEventListener("resize", () => {
   if (state.result) fitCanvas(state.result.width, state.result.height);
 });

@@ -14,14 +14,18 @@ Each image is one item of the shared dynamic batcher, so protocol and /detect re
 from __future__ import annotations
 
 from contextlib import AbstractAsyncContextManager
+from typing import Any
 
 import numpy as np
 from starlette.requests import Request
 
-from service.errors import UnsupportedMediaType
+from service.errors import BadRequest, UnsupportedMediaType
+from service.http.tiling_options import tiling_options
 from service.http.uploads import BodyReader
+from service.imaging.tiling import Tiling
 from service.pipeline.entry import PipelineRequest
 from service.pipeline.inputs import ImageUpload
+from service.settings import Settings
 from service.v2.signature import BYTES_INPUT
 from service.v2.tensors import decode_request, encode_response, header_length
 
@@ -43,10 +47,14 @@ def read_request(request: Request, reader: BodyReader) -> AbstractAsyncContextMa
 
 
 async def run_inference(
-    run: PipelineRequest, body: bytearray, json_header: str | None, max_images: int
+    run: PipelineRequest, body: bytearray, json_header: str | None, settings: Settings
 ) -> tuple[bytes, int | None]:
     """The response to the request in ``body``: its bytes, and the JSON part's length when a binary
-    section follows (else None). ``json_header`` is the ``Inference-Header-Content-Length`` value."""
+    section follows (else None). ``json_header`` is the ``Inference-Header-Content-Length`` value.
+
+    Encoded images are tiled as /detect's when the request's ``parameters`` say so (``tiling``,
+    ``tile_overlap``: the same values and defaults)."""
+    max_images = settings.max_images_per_request
     model, manifest = run.model, run.model.manifest
     json_length = header_length(json_header, len(body))
     json_size = len(body) if json_length is None else json_length
@@ -60,13 +68,45 @@ async def run_inference(
         nbytes=json_size,
         memory=JSON_BYTES_PER_BYTE * json_size,
     )
+    tiling = _tiling(settings, model.name, decoded.parameters, encoded=decoded.images is None)
     if decoded.images is not None:
         outputs = await run.infer_tensors(list(decoded.images))  # (H, W, 3) each
     else:
         encoded = decoded.encoded or []
         uploads = [ImageUpload(label=f"{BYTES_INPUT}[{i}]", data=data) for i, data in enumerate(encoded)]
-        outputs = await run.infer_encoded(uploads)
+        outputs = await run.infer_encoded(uploads, tiling)
     batched = {name: np.stack([output[name] for output in outputs]) for name in outputs[0]}
     return await run.compute(
         encode_response, model.name, model.version, decoded.request_id, batched, decoded.outputs
+    )
+
+
+def _tiling(settings: Settings, model_name: str, parameters: dict[str, Any], *, encoded: bool) -> Tiling:
+    """The request's tiling, from its ``tiling`` and ``tile_overlap`` parameters (encoded images only)."""
+    spec, overlap = parameters.get("tiling"), parameters.get("tile_overlap")
+    if spec is not None and not isinstance(spec, str):
+        raise BadRequest(
+            f"parameters.tiling: expected a string (off, auto or WIDTHxHEIGHT); got {spec!r}",
+            field="parameters.tiling",
+        )
+    if overlap is not None and (isinstance(overlap, bool) or not isinstance(overlap, int | float)):
+        raise BadRequest(
+            f"parameters.tile_overlap: expected a number 0..0.75; got {overlap!r}",
+            field="parameters.tile_overlap",
+        )
+    if not encoded:
+        if spec not in (None, "off"):
+            raise BadRequest(
+                f"parameters.tiling applies to encoded images ({BYTES_INPUT!r}); network-sized images are "
+                "already tiles",
+                field="parameters.tiling",
+            )
+        return Tiling()
+    return tiling_options(
+        settings,
+        model_name,
+        spec,
+        None if overlap is None else float(overlap),
+        field="parameters.tiling",
+        overlap_field="parameters.tile_overlap",
     )

@@ -135,9 +135,7 @@ async def infer(
     """Run the model on JSON or binary tensors: network-sized UINT8 images, or encoded images as BYTES."""
     async with pipeline.admit(model, started_at(request), gone=disconnected(request)) as run:
         body = await run.hold_input(read_request(request, reader))
-        content, json_length = await run_inference(
-            run, body, request.headers.get(HEADER_LENGTH), settings.max_images_per_request
-        )
+        content, json_length = await run_inference(run, body, request.headers.get(HEADER_LENGTH), settings)
     if json_length is None:
         return Response(content, media_type="application/json")
     return Response(content, media_type="application/octet-stream", headers={HEADER_LENGTH: str(json_length)})

@@ -20,7 +20,7 @@ import binascii
 import json
 import math
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -43,6 +43,7 @@ class DecodedRequest:
     images: np.ndarray | None  # uint8 [B, H, W, 3]
     encoded: list[bytes] | None  # B encoded images
     outputs: list[tuple[str, bool]]  # (output name, as binary), in the order asked
+    parameters: dict[str, Any] = field(default_factory=dict)  # the request's own parameters
 
     @property
     def count(self) -> int:
@@ -99,7 +100,9 @@ def decode_request(
             f"{spec.width}, 3]) or {BYTES_INPUT!r} (BYTES [-1] or [-1, 1], encoded images)",
             field="inputs[0].name",
         )
-    return DecodedRequest(request.id, images, encoded, _requested_outputs(request, outputs))
+    return DecodedRequest(
+        request.id, images, encoded, _requested_outputs(request, outputs), request.parameters
+    )
 
 
 def _binary_part(tensor: RequestInput, binary: memoryview) -> memoryview | None:

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -353,3 +354,16 @@ class Server:
         self._pump_thread.join(10)
         assert self.process.stderr is not None
         self.process.stderr.close()
+
+
+def png_bomb(width: int, height: int) -> bytes:
+    """A valid PNG header for a huge grey image with a tiny (highly compressed) first row only."""
+
+    def chunk(kind: bytes, payload: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(payload)) + kind + payload + struct.pack(">I", zlib.crc32(kind + payload))
+        )
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    idat = zlib.compress(b"\x00" * (width + 1), 9)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")

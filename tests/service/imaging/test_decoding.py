@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import struct
-import zlib
 
 import cv2
 import numpy as np
 import pytest
-from service_testkit import encode, with_exif_orientation
+from service_testkit import encode, png_bomb, with_exif_orientation
 
 from service.errors import BadRequest, PayloadTooLarge
 from service.imaging import decoding
@@ -120,19 +119,6 @@ def test_jpeg_cut_inside_its_header_is_rejected() -> None:
     data = encode(quadrants(), ".jpg")
     with pytest.raises(BadRequest, match="truncated JPEG"):
         decode_image(data[:40], max_pixels=LIMIT)
-
-
-def png_bomb(width: int, height: int) -> bytes:
-    """A valid PNG header for a huge grey image with a tiny (highly compressed) first row only."""
-
-    def chunk(kind: bytes, payload: bytes) -> bytes:
-        return (
-            struct.pack(">I", len(payload)) + kind + payload + struct.pack(">I", zlib.crc32(kind + payload))
-        )
-
-    ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
-    idat = zlib.compress(b"\x00" * (width + 1), 9)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
 
 
 def test_decompression_bomb_is_rejected_from_the_header_without_decoding(
