@@ -6,8 +6,11 @@ to resolve that, both class-aware and greedy by descending score, as SAHI's nump
 ``tests/service/imaging/test_merging.py`` checks them against on the same boxes:
 
 - ``nms``: keep the best box, drop every box of its class that overlaps it by ``threshold`` or more.
-- ``greedy_nmm`` (non-maximum merging): the same groups, but the kept box becomes the union of its group,
-  so the pieces of an object cut at a tile border are joined into one box.
+- ``greedy_nmm`` (non-maximum merging): the same groups, but the kept box is joined (union) with the
+  boxes of its group that a tile border cut (or with all of them when the kept box itself was cut), so
+  the pieces of an object cut at a tile border become one box. Unlike SAHI, which joins every box of a
+  group, an uncut box never grows another: at a low score threshold a large, low-scored box overlapping
+  a small object would otherwise stretch that object's box (measured in docs/tiling.md).
 
 Overlap is ``iou`` (intersection over union) or ``ios`` (intersection over the smaller box: a piece
 cut at a border lies almost inside the whole object, so its IoS is high where its IoU is not).
@@ -78,13 +81,27 @@ def group_detections(
     return dict(sorted(groups.items(), key=lambda item: -float(scores[item[0]])))
 
 
-def merged_box(
-    boxes: NDArray[np.float32], keep: int, absorbed: list[int], rule: MergeRule
-) -> NDArray[np.float32]:
-    """The kept box (``nms``) or the union of its group's boxes (``greedy_nmm``)."""
-    if rule.method == "nms" or not absorbed:
-        return np.asarray(boxes[keep], dtype=np.float32)
-    group = boxes[[keep, *absorbed]]
+@dataclass(frozen=True)
+class TilePart:
+    """One view's detections in original pixels, their masks (mask models), and which of them touch a
+    tile border inside the image (cut there: `service.imaging.tiling.cut_by_tile`)."""
+
+    detections: KeptDetections
+    masks: NDArray[np.float32] | None
+    cut: NDArray[np.bool_]
+
+
+def joined_members(keep: int, absorbed: list[int], cut: NDArray[np.bool_], rule: MergeRule) -> list[int]:
+    """The group members the kept box is joined with: none for ``nms``; for ``greedy_nmm`` the cut ones,
+    or all when the kept box was cut itself. The kept index comes first."""
+    if rule.method == "nms":
+        return [keep]
+    return [keep, *(i for i in absorbed if cut[keep] or cut[i])]
+
+
+def union_box(boxes: NDArray[np.float32], members: list[int]) -> NDArray[np.float32]:
+    """The smallest box holding ``boxes[members]``."""
+    group = boxes[members]
     return np.array([*group[:, :2].min(axis=0), *group[:, 2:].max(axis=0)], dtype=np.float32)
 
 
@@ -117,28 +134,28 @@ def merged_mask(
 
 
 def merge_detections(
-    parts: list[tuple[KeptDetections, NDArray[np.float32] | None]], rule: MergeRule, limit: int
+    parts: list[TilePart], rule: MergeRule, limit: int
 ) -> tuple[KeptDetections, NDArray[np.float32] | None]:
-    """One image's detections from its tiles' (each already in original pixels, with its masks or None),
-    merged by ``rule``, best first, at most ``limit``. The result's ``rows`` index the returned masks."""
-    boxes = np.concatenate([part.boxes for part, _ in parts]).astype(np.float32).reshape(-1, 4)
-    scores = np.concatenate([part.scores for part, _ in parts]).astype(np.float32)
-    classes = np.concatenate([part.classes for part, _ in parts]).astype(np.int32)
-    all_masks = [masks for _, masks in parts if masks is not None]
+    """One image's detections from its views' (each in original pixels, with its masks or None), merged
+    by ``rule``, best first, at most ``limit``. The result's ``rows`` index the returned masks."""
+    boxes = np.concatenate([p.detections.boxes for p in parts]).astype(np.float32).reshape(-1, 4)
+    scores = np.concatenate([p.detections.scores for p in parts]).astype(np.float32)
+    classes = np.concatenate([p.detections.classes for p in parts]).astype(np.int32)
+    cut = np.concatenate([p.cut for p in parts]).astype(bool)
+    all_masks = [p.masks for p in parts if p.masks is not None]
     masks = np.concatenate(all_masks) if len(all_masks) == len(parts) and parts else None
     groups = list(group_detections(boxes, scores, classes, rule).items())[:limit]
-    kept_boxes = [merged_box(boxes, keep, absorbed, rule) for keep, absorbed in groups]
+    members = [joined_members(keep, absorbed, cut, rule) for keep, absorbed in groups]
+    kept_boxes = [union_box(boxes, group) for group in members]
     kept_masks = None
     if masks is not None:
         kept_masks = masks[:0]
         if groups:
             kept_masks = np.stack(
                 [
-                    masks[keep]
-                    if rule.method == "nms" or not absorbed
-                    # A joined box gets its group's masks joined in its frame.
-                    else merged_mask(masks, boxes, [keep, *absorbed], box)
-                    for (keep, absorbed), box in zip(groups, kept_boxes, strict=True)
+                    # A joined box gets its members' masks joined in its frame.
+                    masks[group[0]] if len(group) == 1 else merged_mask(masks, boxes, group, box)
+                    for group, box in zip(members, kept_boxes, strict=True)
                 ]
             )
     keep_rows = np.array([keep for keep, _ in groups], dtype=np.int64)

@@ -25,6 +25,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
+from numpy.typing import NDArray
+
 from service.errors import BadRequest, PayloadTooLarge
 from service.imaging.merging import MergeRule
 
@@ -69,6 +72,24 @@ class Tile:
     @property
     def height(self) -> int:
         return self.y1 - self.y0
+
+
+def cut_by_tile(boxes: NDArray[np.float32], tile: Tile, size: tuple[int, int]) -> NDArray[np.bool_]:
+    """Which ``[N, 4]`` boxes (original pixels) of ``tile``'s detections touch one of its borders inside
+    the image (of ``size``, width and height): an object there may go on in the neighbouring tile."""
+    width, height = size
+    near = 1.0  # px: boxes are clipped to the tile, so a cut box ends on its border
+    x1, y1, x2, y2 = boxes[:, 0], boxes[:, 1], boxes[:, 2], boxes[:, 3]
+    cut = np.zeros(len(boxes), dtype=bool)
+    if tile.x0 > 0:
+        cut |= x1 <= tile.x0 + near
+    if tile.y0 > 0:
+        cut |= y1 <= tile.y0 + near
+    if tile.x1 < width:
+        cut |= x2 >= tile.x1 - near
+    if tile.y1 < height:
+        cut |= y2 >= tile.y1 - near
+    return cut
 
 
 def parse_tiling(spec: str, *, field: str = "tiling") -> tuple[TilingMode, tuple[int, int] | None]:

@@ -24,10 +24,10 @@ from contract.manifest import MASK_OUTPUT, InputSpec
 from service.errors import PayloadTooLarge
 from service.imaging.decoding import DecodePlan, decode_planned, plan_decode
 from service.imaging.masks import PastedMask, masks_to_polygons, masks_to_rles, paste_mask
-from service.imaging.merging import MergeRule, merge_detections
+from service.imaging.merging import MergeRule, TilePart, merge_detections
 from service.imaging.postprocess import DetectParams, KeptDetections, select_detections, to_schema
 from service.imaging.render import ImageFormat, render_detections
-from service.imaging.tiling import Tile, Tiling, plan_tiles
+from service.imaging.tiling import Tile, Tiling, cut_by_tile, plan_tiles
 from service.pipeline.inputs import ImageUpload
 from service.pipeline.tasks import gather_in_order
 from service.pipeline.timing import RequestStages
@@ -52,7 +52,11 @@ class View:
 
     network_input: np.ndarray
     transform: BoxTransform
-    origin: tuple[int, int] = (0, 0)
+    tile: Tile | None = None  # None: the whole image
+
+    @property
+    def origin(self) -> tuple[int, int]:
+        return (0, 0) if self.tile is None else (self.tile.x0, self.tile.y0)
 
     def boxes_to_original(self, boxes: np.ndarray) -> np.ndarray:
         """``[N, 4]`` boxes normalized to the network input -> original-image pixels."""
@@ -166,7 +170,7 @@ def _views(image: np.ndarray, spec: InputSpec, size: tuple[int, int], plan: Imag
         views.append(View(*resize_for_network(image, spec, size)))
     for tile in plan.tiles or ():
         crop = image[tile.y0 : tile.y1, tile.x0 : tile.x1]
-        views.append(View(*resize_for_network(crop, spec), origin=(tile.x0, tile.y0)))
+        views.append(View(*resize_for_network(crop, spec), tile=tile))
     return views
 
 
@@ -251,7 +255,7 @@ def postprocess(
             detections = select_detections(output, view, model.manifest, params)
             masks = output[MASK_OUTPUT][detections.rows] if MASK_OUTPUT in output else None
         else:
-            detections, masks = _merge_views(model, item.views, own, params, merge or MergeRule())
+            detections, masks = _merge_views(model, item, own, params, merge or MergeRule())
         stages.stage("postprocess", time.perf_counter() - started)
         width, height = item.size
         outcomes.append(ImageOutcome(item.upload, width, height, detections, masks, item.image, item.tiles))
@@ -259,14 +263,17 @@ def postprocess(
 
 
 def _merge_views(
-    model: LoadedModel, views: list[View], outputs: list[Outputs], params: DetectParams, merge: MergeRule
+    model: LoadedModel, item: Prepared, outputs: list[Outputs], params: DetectParams, merge: MergeRule
 ) -> tuple[KeptDetections, np.ndarray | None]:
     """A tiled image's detections: each view's, filtered and in original pixels, then merged."""
     every = replace(params, max_detections=_UNLIMITED)  # the limit applies to the merged detections
     parts = []
-    for view, output in zip(views, outputs, strict=True):
+    for view, output in zip(item.views, outputs, strict=True):
         kept = select_detections(output, view, model.manifest, every)
-        parts.append((kept, output[MASK_OUTPUT][kept.rows] if MASK_OUTPUT in output else None))
+        masks = output[MASK_OUTPUT][kept.rows] if MASK_OUTPUT in output else None
+        whole = np.zeros(len(kept), dtype=bool)
+        cut = whole if view.tile is None else cut_by_tile(kept.boxes, view.tile, item.size)
+        parts.append(TilePart(kept, masks, cut))
     limit = model.manifest.max_detections if params.max_detections is None else params.max_detections
     return merge_detections(parts, merge, limit)
 
@@ -286,7 +293,7 @@ def contract_outputs(
             results.append({**own[0], "detection_boxes": boxes})
             continue
         params = DetectParams(score_threshold=model.manifest.score_threshold)
-        detections, masks = _merge_views(model, item.views, own, params, merge)
+        detections, masks = _merge_views(model, item, own, params, merge)
         k = own[0]["detection_scores"].shape[0]
         n = min(len(detections), k)
         merged: Outputs = {

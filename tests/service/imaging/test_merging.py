@@ -8,8 +8,16 @@ import pytest
 from sahi.postprocess.combine import batched_greedy_nmm, batched_nms
 
 from service.imaging.masks import paste_mask
-from service.imaging.merging import MergeRule, group_detections, merge_detections, merged_mask, overlap_matrix
+from service.imaging.merging import (
+    MergeRule,
+    TilePart,
+    group_detections,
+    merge_detections,
+    merged_mask,
+    overlap_matrix,
+)
 from service.imaging.postprocess import KeptDetections
+from service.imaging.tiling import Tile, cut_by_tile
 
 
 def _random_detections(seed: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -63,21 +71,39 @@ def _kept(boxes: list[list[float]], scores: list[float], classes: list[int]) -> 
     )
 
 
+def _part(kept: KeptDetections, cut: list[bool], masks: np.ndarray | None = None) -> TilePart:
+    return TilePart(kept, masks, np.array(cut, dtype=bool))
+
+
+def test_cut_by_tile_marks_boxes_on_inner_borders_only() -> None:
+    boxes = np.array([[90, 10, 110, 50], [0, 0, 20, 20], [40, 40, 60, 60], [95, 100, 105, 128]], np.float32)
+    cut = cut_by_tile(boxes, Tile(0, 0, 110, 128), (300, 128))
+    assert cut.tolist() == [True, False, False, False]  # x = 110 is inside the image; y = 128 is its edge
+
+
 def test_an_object_cut_at_a_tile_border_becomes_one_box() -> None:
     # An object at x 90..130 seen whole by the right tile, cut at x = 110 by the left one; a second class
     # at the same place stays apart (class-aware); far away another object stays as it is.
-    left = _kept([[90, 10, 110, 50], [300, 300, 320, 320]], [0.6, 0.9], [0, 0])
-    right = _kept([[91, 11, 130, 49], [90, 10, 130, 50]], [0.8, 0.7], [0, 1])
+    left = _part(_kept([[90, 10, 110, 50], [300, 300, 320, 320]], [0.6, 0.9], [0, 0]), [True, False])
+    right = _part(_kept([[91, 11, 130, 49], [90, 10, 130, 50]], [0.8, 0.7], [0, 1]), [False, False])
     rule = MergeRule("greedy_nmm", "ios", 0.5)
-    merged, masks = merge_detections([(left, None), (right, None)], rule, limit=10)
+    merged, masks = merge_detections([left, right], rule, limit=10)
     assert masks is None
     assert merged.scores.tolist() == pytest.approx([0.9, 0.8, 0.7])
     assert merged.classes.tolist() == [0, 0, 1]
     assert merged.boxes.tolist() == [[300, 300, 320, 320], [90, 10, 130, 50], [90, 10, 130, 50]]
-    nms, _ = merge_detections([(left, None), (right, None)], MergeRule("nms", "ios", 0.5), limit=10)
+    nms, _ = merge_detections([left, right], MergeRule("nms", "ios", 0.5), limit=10)
     assert nms.boxes[1].tolist() == [91, 11, 130, 49]  # the kept box as it was
-    top, _ = merge_detections([(left, None), (right, None)], rule, limit=2)
+    top, _ = merge_detections([left, right], rule, limit=2)
     assert len(top) == 2 and top.rows.tolist() == [0, 1]
+
+
+def test_an_uncut_box_never_grows_another() -> None:
+    # A small confident object inside a large low-scored box: suppressed, not joined (neither was cut).
+    small = _part(_kept([[50, 50, 70, 70]], [0.9], [0]), [False])
+    large = _part(_kept([[0, 0, 200, 200]], [0.1], [0]), [False])
+    merged, _ = merge_detections([small, large], MergeRule("greedy_nmm", "ios", 0.5), limit=10)
+    assert merged.boxes.tolist() == [[50, 50, 70, 70]]
 
 
 def test_merged_masks_join_in_the_union_box() -> None:
@@ -90,9 +116,7 @@ def test_merged_masks_join_in_the_union_box() -> None:
     assert pasted.bitmap.sum() >= 0.95 * 40 * 20
     only_left = merged_mask(masks, boxes, [0], union)
     assert paste_mask(only_left, union, 20, 40).bitmap[:, 25:].sum() == 0
-    left = _kept([[0, 0, 20, 20]], [0.9], [0])
-    right = _kept([[20, 0, 40, 20]], [0.8], [0])
-    merged, out = merge_detections(
-        [(left, masks[:1]), (right, masks[1:])], MergeRule("greedy_nmm", "iou", 0.0), limit=5
-    )
+    left = _part(_kept([[0, 0, 20, 20]], [0.9], [0]), [True], masks[:1])
+    right = _part(_kept([[20, 0, 40, 20]], [0.8], [0]), [True], masks[1:])
+    merged, out = merge_detections([left, right], MergeRule("greedy_nmm", "iou", 0.0), limit=5)
     assert out is not None and out.shape == (1, 28, 28) and merged.boxes.tolist() == [union.tolist()]
