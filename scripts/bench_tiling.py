@@ -75,13 +75,19 @@ def serving(model_dir: Path, settings: dict[str, str]) -> Iterator[str]:
 
 
 def run_config(
-    url: str, coco: COCO, image_ids: list[int], images_dir: Path, tiling: str, overlap: float
+    url: str,
+    coco: COCO,
+    image_ids: list[int],
+    images_dir: Path,
+    tiling: str,
+    overlap: float,
+    score_threshold: float = 0.05,
 ) -> dict[str, Any]:
     """Detections of ``image_ids`` of ``coco`` through ``url``, scored; with seconds per image."""
     detections: list[dict[str, Any]] = []
     seconds: list[float] = []
     inputs: list[int] = []
-    params = {"tiling": tiling, "tile_overlap": str(overlap), "score_threshold": "0.05"}
+    params = {"tiling": tiling, "tile_overlap": str(overlap), "score_threshold": str(score_threshold)}
     with httpx.Client(timeout=600) as client:
         for image_id in image_ids:
             info = coco.loadImgs(image_id)[0]
@@ -127,8 +133,9 @@ def _coco_stats(coco: COCO, image_ids: list[int], detections: list[dict[str, Any
     return {"ap": float(s[0]), "ap50": float(s[1]), "ap_small": float(s[3]), "ap_medium": float(s[4])}
 
 
-def _key(row: dict[str, Any]) -> tuple[str, str, float, str, bool, int]:
-    return (row["model"], row["tiling"], row["overlap"], row["merge"], row["full_image"], row["images"])
+def _key(row: dict[str, Any]) -> tuple[str, str, float, str, bool, int, float]:
+    keys = ("model", "tiling", "overlap", "merge", "full_image", "images", "score_threshold")
+    return tuple(row[k] for k in keys)  # type: ignore[return-value]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -136,6 +143,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data", type=Path, default=Path("data/large"), help="COCO root (val split)")
     parser.add_argument("--split", default="val")
     parser.add_argument("--max-images", type=int, default=None, help="the first N images of the split")
+    parser.add_argument(
+        "--score-threshold", type=float, default=0.05, help="sent with each request (COCO AP: 0.05)"
+    )
     parser.add_argument("--models", nargs="+", default=["efficientdet-d0-synth-int8"])
     parser.add_argument("--repository", type=Path, default=REPO / "models")
     parser.add_argument("--tiling", nargs="+", default=["off", "auto"])
@@ -167,31 +177,35 @@ def main(argv: list[str] | None = None) -> None:
             if args.max_inputs:
                 settings["DETECT_MAX_IMAGES_PER_REQUEST"] = str(args.max_inputs)
                 settings["DETECT_MAX_QUEUE_SIZE"] = str(2 * args.max_inputs)
+            full_image = not args.no_full_image
             todo = [
                 (t, o)
                 for t in args.tiling
                 for o in args.overlap
-                if (model, t, o, merge, not args.no_full_image, len(image_ids)) not in seen
+                if (model, t, o, merge, full_image, len(image_ids), args.score_threshold) not in seen
             ]
             if not todo:
                 continue
             with serving(args.repository / model, settings) as url:
                 for tiling, overlap in todo:
                     row = {"model": model, "tiling": tiling, "overlap": overlap, "merge": merge}
+                    row["score_threshold"] = args.score_threshold
                     row |= {"full_image": not args.no_full_image, "max_inputs": args.max_inputs}
-                    row |= run_config(url, coco, image_ids, args.data / args.split, tiling, overlap)
+                    images = args.data / args.split
+                    row |= run_config(url, coco, image_ids, images, tiling, overlap, args.score_threshold)
                     print(json.dumps(row), flush=True)
                     with args.out.open("a") as out:
                         out.write(json.dumps(row) + "\n")
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    header = ["model", "tiling", "overlap", "merge", "whole image too", "tiles / image"]
+    header = ["model", "tiling", "overlap", "merge", "score ≥", "whole image too", "tiles / image"]
     header += ["AP", "AP50", "AP-small", "AP-medium", "s / image (median)"]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for r in rows:
-        cells = [r["model"], r["tiling"], str(r["overlap"]), r["merge"], "yes" if r["full_image"] else "no"]
+        cells = [r["model"], r["tiling"], str(r["overlap"]), r["merge"], str(r["score_threshold"])]
+        cells.append("yes" if r["full_image"] else "no")
         cells.append(f"{r['tiles_per_image']:.0f}")
         cells += [f"{r[k]:.3f}" for k in ("ap", "ap50", "ap_small", "ap_medium")]
         cells.append(f"{r['median_s']:.2f}")
