@@ -16,6 +16,10 @@
 
 # Base images. CUDA_IMAGE: CUDA 13.0 runtime with cuDNN 9 on Ubuntu 24.04 (Python 3.12), matching the
 # CUDA 13 builds this project pins (tensorrt-cu13, nvidia-dali-cuda130, torch's cu13 wheels).
+# Pin them like the libraries: a release build passes the digests it resolved, so a rebuild of the same
+# commit starts from the same bytes even when the tag has moved (docs/deployment.md, "Pinning images"):
+#   docker build --build-arg PYTHON_IMAGE=python:3.11-slim@sha256:<digest> \
+#                --build-arg CUDA_IMAGE=nvidia/cuda:13.0.2-cudnn-runtime-ubuntu24.04@sha256:<digest> ...
 ARG PYTHON_IMAGE=python:3.11-slim
 ARG CUDA_IMAGE=nvidia/cuda:13.0.2-cudnn-runtime-ubuntu24.04
 # The installer the Makefile uses (uv), pinned.

@@ -2,6 +2,9 @@
 PYTHON ?= python3
 VENV ?= .venv
 SERVE_VENV ?= .venv-serve
+# checkov (tests/deploy/test_checkov.py) in an environment of its own, locked by tools/checkov/uv.lock: its
+# pins would otherwise move the project's (tools/checkov/pyproject.toml says which).
+CHECKOV_VENV ?= .venv-checkov
 HOST ?= 127.0.0.1
 PORT ?= 8000
 MODEL_REPOSITORY ?= models
@@ -20,7 +23,12 @@ $(VENV)/.installed: pyproject.toml uv.lock
 	UV_PROJECT_ENVIRONMENT=$(VENV) $(UV) $(SYNC) --extra serve --extra train --extra export --extra dev --extra bench
 	touch $@
 
-setup: $(VENV)/.installed
+$(CHECKOV_VENV)/.installed: tools/checkov/pyproject.toml tools/checkov/uv.lock $(VENV)/.installed
+	UV_PROJECT_ENVIRONMENT=$(abspath $(CHECKOV_VENV)) $(UV) sync --locked --project tools/checkov \
+		--python $(VENV)/bin/python
+	touch $@
+
+setup: $(VENV)/.installed $(CHECKOV_VENV)/.installed
 	@bash scripts/install-system-deps.sh
 
 $(SERVE_VENV)/.installed: pyproject.toml uv.lock
@@ -43,16 +51,20 @@ lint: setup
 serve: setup-serve
 	$(SERVE_VENV)/bin/detect-serve --model-repository $(MODEL_REPOSITORY) --host $(HOST) --port $(PORT)
 
-# Upgrade every pinned version: re-resolve uv.lock to the newest releases pyproject.toml allows, list what
-# moved, reinstall and run the whole test suite. Commit uv.lock when it passes; `git checkout uv.lock` undoes.
+# Upgrade every pinned version: re-resolve uv.lock (and checkov's tools/checkov/uv.lock) to the newest releases
+# their pyproject.toml allow, list what moved, reinstall and run the whole test suite. Commit the locks when it
+# passes; `git checkout uv.lock tools/checkov/uv.lock` undoes.
 lock: setup
 	cp uv.lock $(VENV)/uv.lock.before
+	cp tools/checkov/uv.lock $(VENV)/checkov-uv.lock.before
 	$(UV) lock --upgrade
+	$(UV) lock --upgrade --project tools/checkov
 	$(VENV)/bin/python scripts/lock_diff.py $(VENV)/uv.lock.before uv.lock
+	$(VENV)/bin/python scripts/lock_diff.py $(VENV)/checkov-uv.lock.before tools/checkov/uv.lock
 	$(MAKE) test
 
 clean:
-	rm -rf $(VENV) $(SERVE_VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(SERVE_VENV) $(CHECKOV_VENV) .pytest_cache .mypy_cache .ruff_cache
 
 # The built-in models, reproducibly: synthetic data (seed 0) -> a CPU preset from scratch -> ONNX with
 # in-graph NMS (weights stored as fp16 to stay small where that is exact enough, compute fp32), verified on

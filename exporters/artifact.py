@@ -20,7 +20,7 @@ from pathlib import Path
 from contract.manifest import MANIFEST_FILE, Manifest
 from exporters.errors import InvalidModelError, OutputExistsError
 
-_TOOLS = ("torch", "torchvision", "onnx", "onnxruntime", "onnxslim", "onnxconverter-common", "tensorrt")
+_TOOLS = ("torch", "torchvision", "onnx", "onnxruntime", "onnxslim", "tensorrt")
 
 
 @contextlib.contextmanager

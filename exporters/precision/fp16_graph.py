@@ -1,27 +1,40 @@
 """FP16 graphs for strongly typed TensorRT (their accuracy against FP32: `exporters.precision.fp16`).
 
 TensorRT >= 10.12 deprecates (11 removes) weak typing: the precision has to be in the ONNX graph. The
-conversion here (onnxconverter-common) keeps the graph's inputs and outputs in their original types
-(uint8 images in; float32 / int32 detections out) and keeps these parts in FP32:
+conversion here (ONNX Runtime's ``onnxruntime.transformers.float16``) keeps the graph's inputs and outputs
+in their original types (uint8 images in; float32 / int32 detections out) and keeps these parts in FP32:
 
 - the input preprocessing (cast, normalization, transpose: everything before the first Conv), so
   the mean/std arithmetic is not rounded before the network sees it;
 - everything downstream of the raw head outputs: box decoding (exp of the size codes), softmax,
   score comparisons, TopK, NonMaxSuppression and the final gather/scatter, where FP16 rounding would
   flip threshold decisions and box coordinates;
-- onnxconverter-common's default block list plus the numerically sensitive op types below, wherever
-  they appear.
+- the library's default block list plus the numerically sensitive op types below, wherever they appear.
 
 So only the network body (convolutions, BN folded into them, ReLU, pooling) runs in FP16.
+
+Why the library converts only the network sub-graph, cut out and put back here (split, publish, topological
+order), rather than the whole graph in one call with the FP32 nodes blocked: measured on the shipped
+artifacts with onnxruntime 1.31.1 (``python scripts/compare_fp16_converters.py``, docs/quantization.md,
+"FP16: which converter"), ``convert_float_to_float16(model, keep_io_types=True, op_block_list=...,
+node_block_list=<preprocessing and post-processing nodes>)`` returns a graph that neither the ONNX checker
+("Nodes in a graph must be topologically sorted": '/preprocess/Cast_output_0_cast_to_fp32') nor ONNX Runtime
+("two nodes with same node name": '/decoder/Transpose_output_0_cast_to_fp32_node' for SSD300,
+'raw_class_p3_cast_to_fp32_node' for EfficientDet-D0) accepts: it inserts one cast per consumer under one
+name. Blocking op types only (no split) fails the checker the same way on both, and ONNX Runtime on
+EfficientDet-D0. onnxconverter-common 1.16, the library's origin, failed on the whole graph too ("The
+downstream node of the second cast node should be graph output"). On the sub-graph the two libraries give
+the same accuracy (SSD300 AP 0.45451 -> 0.45452, EfficientDet-D0 0.74464 -> 0.74436 with either);
+``tests/exporters/precision/test_fp16.py`` fails once a release converts the whole graph validly, so this
+module can shrink to one call.
 """
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 from onnx import ModelProto, NodeProto, TensorProto, helper, shape_inference
-from onnxconverter_common import float16
+from onnxruntime.transformers import float16
 
 from exporters.errors import InvalidModelError
 from exporters.onnx.graph import (
@@ -33,7 +46,7 @@ from exporters.onnx.graph import (
     tensor_elem_types,
 )
 
-# Op types that stay FP32 wherever they occur (in addition to onnxconverter-common's defaults).
+# Op types that stay FP32 wherever they occur (in addition to the library's defaults).
 SENSITIVE_OP_TYPES: tuple[str, ...] = (
     "NonMaxSuppression",
     "TopK",
@@ -90,11 +103,10 @@ def convert_to_fp16(
     ``scopes``: node-name prefixes of network layers after the raw outputs that run in FP16 too
     (:func:`split_nodes`; the manifest records them as ``export_settings["fp16_scopes"]``).
 
-    Only the network sub-graph goes through onnxconverter-common (``keep_io_types``, so its boundary
-    stays FP32, and the sensitive op types blocked); it is then put back between the FP32
-    preprocessing and post-processing. Converting the whole graph with a node block list instead trips
-    onnxconverter-common 1.16's cast clean-up ("The downstream node of the second cast node should be
-    graph output") on this graph.
+    Only the network sub-graph goes through ``onnxruntime.transformers.float16`` (``keep_io_types``, so
+    its boundary stays FP32, and the sensitive op types blocked); it is then put back between the FP32
+    preprocessing and post-processing. Converting the whole graph with a node block list instead gives a
+    graph with duplicate cast names out of topological order (the module docstring has the measurement).
 
     Raises:
         InvalidModelError: the converted graph fails the checker.
@@ -176,15 +188,14 @@ def _subgraph_inputs(nodes: Any, net: list[int], initializers: set[str]) -> list
 
 
 def _network_to_fp16(sub: ModelProto) -> ModelProto:
-    """onnxconverter-common on the network sub-graph (FP32 boundary, sensitive ops blocked); its
-    initializers and nodes renamed ``fp16/...``, so they cannot collide with the FP32 graph's."""
-    with warnings.catch_warnings():
-        # onnxconverter-common warns once per initializer whose values it clamps to FP16's range
-        # (tiny weights flushed to 1e-7); that clamping is the intended behaviour of the conversion.
-        warnings.filterwarnings("ignore", category=UserWarning, module=r"onnxconverter_common\.")
-        sub16 = float16.convert_float_to_float16(
-            sub, keep_io_types=True, op_block_list=[*float16.DEFAULT_OP_BLOCK_LIST, *SENSITIVE_OP_TYPES]
-        )
+    """``onnxruntime.transformers.float16`` on the network sub-graph (FP32 boundary, sensitive ops blocked);
+    its initializers and nodes renamed ``fp16/...``, so they cannot collide with the FP32 graph's.
+
+    Weights beyond FP16's range are clamped (tiny ones to 5.96e-8, the smallest subnormal), which is the
+    intended behaviour of the conversion."""
+    sub16 = float16.convert_float_to_float16(
+        sub, keep_io_types=True, op_block_list=[*float16.DEFAULT_OP_BLOCK_LIST, *SENSITIVE_OP_TYPES]
+    )
     if not isinstance(sub16, ModelProto):
         raise InvalidModelError(f"float16 conversion returned {type(sub16).__name__}")
     renamed = {init.name: f"fp16/{init.name}" for init in sub16.graph.initializer}

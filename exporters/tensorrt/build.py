@@ -104,7 +104,9 @@ def export_tensorrt(request: TensorRTExportRequest) -> Manifest:
             config,
             build,
             ("raw_outputs", "postprocess"),
-            fp16_conversion="onnxconverter-common, network sub-graph only (keep_io_types); pre/post FP32",
+            fp16_conversion=(
+                "onnxruntime.transformers.float16, network sub-graph only (keep_io_types); pre/post FP32"
+            ),
         )
         verification = {"fp16": accuracy, "tensorrt_ops": ops, "source": manifest.verification}
         written = derived_manifest(

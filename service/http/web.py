@@ -2,13 +2,12 @@
 
 ``/`` is ``service/static/index.html`` (its script and style beside it, sample images in
 ``static/samples/``), served under ``/static``. ``/docs`` (Swagger UI) and ``/redoc`` load their
-scripts from the ``fastapi-offline`` package's files, served under ``/static/docs``, so both work on a
-machine without internet access.
+scripts from ``service/docs_assets/`` (vendored, their versions, licenses and sha256 in its README.md),
+served under ``/static/docs``, so both work on a machine without internet access.
 """
 
 from __future__ import annotations
 
-from importlib.resources import files
 from pathlib import Path
 from typing import TypeVar
 
@@ -19,6 +18,8 @@ from fastapi.staticfiles import StaticFiles
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 SAMPLES_DIR = STATIC_DIR / "samples"
+# Outside STATIC_DIR, so that docs=False serves none of it.
+DOCS_ASSETS_DIR = Path(__file__).resolve().parent.parent / "docs_assets"
 DOCS_ASSETS = "/static/docs"
 R = TypeVar("R", bound=Response)
 # The pages may load only from this server: the browser itself refuses anything else (ReDoc's bundle, for
@@ -34,10 +35,6 @@ def _self_only(response: R) -> R:
     return response
 
 
-def _docs_assets_dir() -> Path:
-    return Path(str(files("fastapi_offline") / "static"))
-
-
 def install_web(app: FastAPI, *, docs: bool) -> None:
     """Add ``/`` and ``/static``; with ``docs``, ``/docs`` and ``/redoc`` on locally served assets.
 
@@ -50,7 +47,7 @@ def install_web(app: FastAPI, *, docs: bool) -> None:
 
     if docs:
         # Mounted before /static so the more specific prefix wins.
-        app.mount(DOCS_ASSETS, StaticFiles(directory=_docs_assets_dir()), name="docs-assets")
+        app.mount(DOCS_ASSETS, StaticFiles(directory=DOCS_ASSETS_DIR), name="docs-assets")
         openapi_url = app.openapi_url or "/openapi.json"
 
         @app.get("/docs", include_in_schema=False)

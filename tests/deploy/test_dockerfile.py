@@ -8,6 +8,7 @@ structure against pyproject.toml (extras, console scripts) and each other.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import tomllib
 
@@ -21,8 +22,6 @@ SCRIPTS: dict[str, str] = PYPROJECT["project"]["scripts"]
 
 
 def _requirement_names(requirements: list[str]) -> set[str]:
-    import re
-
     return {re.split(r"[\s<>=!~\[;]", req, maxsplit=1)[0].lower() for req in requirements}
 
 
@@ -115,6 +114,28 @@ def test_base_images(dockerfile: Dockerfile):
     # serve-cpu bakes the default model repository in, so `docker run` works on its own.
     copies = dockerfile.stages["serve-cpu"].all("COPY")
     assert any(c.split()[-2:] == ["models/", "/models/"] for c in copies)
+
+
+# An image reference: [registry/]repository:tag, optionally @sha256:<64 hex> (a digest pins the exact image).
+IMAGE_REFERENCE = re.compile(
+    r"[a-z0-9./_-]+:(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})(@sha256:[0-9a-f]{64})?"
+)
+
+
+def test_base_images_are_build_args_with_version_tags_that_take_a_digest(dockerfile: Dockerfile):
+    """Every stage starts from a stage or from a global ARG whose default is a versioned tag (checkov cannot
+    see through the ARG: k8s/checkov-accepted.yaml, CKV_DOCKER_7); `--build-arg NAME=<tag>@sha256:...`
+    pins the digest."""
+    digest = "@sha256:" + "0" * 64
+    for stage in dockerfile.stages.values():
+        if stage.base in dockerfile.stages:
+            continue
+        match = re.fullmatch(r"\$\{(\w+)\}", stage.base)
+        assert match, f"stage {stage.name}: FROM {stage.base}: use a build arg (ARG NAME=image:tag)"
+        default = dockerfile.global_args[match.group(1)]
+        reference = IMAGE_REFERENCE.fullmatch(default)
+        assert reference and reference.group("tag") != "latest", f"{match.group(1)}={default}: a version tag"
+        assert IMAGE_REFERENCE.fullmatch(default + digest), f"{default}{digest} is not an image reference"
 
 
 def test_dockerignore_lets_in_what_the_dockerfile_copies(dockerfile: Dockerfile):

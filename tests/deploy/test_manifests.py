@@ -324,3 +324,21 @@ def test_training_job_is_a_consistent_multi_node_ddp_run(rendered):
     assert "/dev/shm" in mounts, "NCCL and data-loader workers need a larger /dev/shm"
     assert pod["restartPolicy"] == "Never"
     assert re.fullmatch(r"[a-z0-9-]+", job["metadata"]["name"])
+
+
+def test_training_runs_in_the_project_namespace_reachable_only_by_its_ranks(rendered):
+    """The Job and everything around it in the server's namespace; its NetworkPolicy admits the other ranks
+    (rendezvous and NCCL's ephemeral ports) and lets the pods reach only each other and DNS."""
+    objects = rendered["training"]
+    namespace = one(rendered["base"], "Namespace")["metadata"]["name"]
+    assert {obj["metadata"].get("namespace") for obj in objects} == {namespace}
+    labels = pod_labels(one(objects, "Job"))
+    policy = one(objects, "NetworkPolicy")["spec"]
+    assert selects(policy["podSelector"]["matchLabels"], labels)
+    assert sorted(policy["policyTypes"]) == ["Egress", "Ingress"]
+    peers = [{"podSelector": {"matchLabels": policy["podSelector"]["matchLabels"]}}]
+    assert policy["ingress"] == [{"from": peers}], "ingress from the Job's own pods only"
+    egress_to_peers = [rule for rule in policy["egress"] if rule.get("to") == peers and "ports" not in rule]
+    dns = [rule for rule in policy["egress"] if "to" not in rule]
+    assert len(egress_to_peers) == 1 and len(dns) == 1 and len(policy["egress"]) == 2
+    assert sorted((p["protocol"], p["port"]) for p in dns[0]["ports"]) == [("TCP", 53), ("UDP", 53)]

@@ -5,14 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import onnx
+import onnxruntime as ort
 import pytest
 from exporters_testkit import ExportedArtifact, copy_artifact
 from onnx import ModelProto, TensorProto
+from onnxruntime.transformers import float16
 
 from contract.manifest import Manifest
+from exporters.errors import InvalidModelError
 from exporters.evaluation.verify import generated_batches, manifest_resize
-from exporters.onnx.graph import tensor_elem_types
-from exporters.precision.fp16 import compare_fp16, convert_to_fp16, fp16_eval
+from exporters.onnx.graph import check, ensure_node_names, restore_weights_fp32, tensor_elem_types
+from exporters.precision.fp16 import SENSITIVE_OP_TYPES, compare_fp16, convert_to_fp16, fp16_eval, split_nodes
 
 RAW = ["raw_locs", "raw_confs"]
 
@@ -66,3 +69,25 @@ def test_fp16_eval_measures_ap_delta_and_records_it(
     manifest = Manifest.read(artifact)
     assert manifest.verification["fp16"] == report.to_dict()
     assert manifest.verification["passed"]  # the original verification is kept beside it
+
+
+def test_the_library_alone_still_breaks_the_whole_graph(fp32: ModelProto) -> None:
+    """Why fp16_graph cuts the network out before converting (its docstring has the measurements).
+
+    The one-call conversion that would replace it: the whole graph, preprocessing and post-processing
+    blocked by node name. When this fails, the library makes a valid graph of it: convert that way, check
+    the FP16 tests and ``detect-export fp16-eval``, and delete the split / publish / reorder code.
+    """
+    source = restore_weights_fp32(fp32)
+    ensure_node_names(source)
+    pre, _, post = split_nodes(source, "images", RAW)
+    converted = float16.convert_float_to_float16(
+        source,
+        keep_io_types=True,
+        op_block_list=[*float16.DEFAULT_OP_BLOCK_LIST, *SENSITIVE_OP_TYPES],
+        node_block_list=[source.graph.node[i].name for i in pre + post],
+    )
+    with pytest.raises(InvalidModelError, match="topologically sorted"):
+        check(converted, "the library's whole-graph FP16")
+    with pytest.raises(Exception, match="two nodes with same node name"):
+        ort.InferenceSession(converted.SerializeToString(), providers=["CPUExecutionProvider"])

@@ -1,11 +1,14 @@
-"""The page at / and the API docs: served from this package's files and fastapi-offline's, nothing external.
+"""The page at / and the API docs: served from this package's files (docs assets vendored), nothing external.
 
 The page itself, driven in a real browser, is tested in test_web_page.py.
 """
 
 from __future__ import annotations
 
+import fnmatch
+import hashlib
 import re
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,8 +16,9 @@ import cv2
 import numpy as np
 from fastapi.testclient import TestClient
 
-from service.http.web import SAMPLES_DIR, STATIC_DIR
+from service.http.web import DOCS_ASSETS_DIR, SAMPLES_DIR, STATIC_DIR
 
+ROOT = Path(__file__).resolve().parents[3]
 EXTERNAL = re.compile(r"https?://", re.IGNORECASE)
 REFERENCES = re.compile(r"""(?:src|href)\s*=\s*["']([^"']*)["']""", re.IGNORECASE)
 # Swagger UI's and ReDoc's own pages are built by FastAPI around the assets they reference.
@@ -65,6 +69,36 @@ def test_docs_assets_come_from_the_service(client: TestClient) -> None:
     assert bundle.status_code == 200 and len(bundle.content) > 100_000  # the real Swagger UI, not a stub
 
 
+def _vendored_assets() -> dict[str, tuple[str, str]]:
+    """{file: (license file, sha256)} from the table in docs_assets/README.md."""
+    rows = re.findall(
+        r"^\| (\S+) \| [^|]+ \| [^|]+ \| [^|]*`(LICENSE\.[\w.-]+)` \| ([0-9a-f]{64}) \|$",
+        (DOCS_ASSETS_DIR / "README.md").read_text(),
+        re.MULTILINE,
+    )
+    return {name: (license_file, digest) for name, license_file, digest in rows}
+
+
+def test_docs_assets_are_the_vendored_bytes_with_their_licenses(client: TestClient) -> None:
+    assets = _vendored_assets()
+    served = {p.name for p in DOCS_ASSETS_DIR.iterdir() if p.suffix in {".js", ".css", ".png"}}
+    assert set(assets) == served, "every asset, and only those, listed in docs_assets/README.md"
+    for name, (license_file, digest) in assets.items():
+        data = (DOCS_ASSETS_DIR / name).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == digest, f"{name} differs from the vendored bytes"
+        assert client.get(f"/static/docs/{name}").content == data
+        assert (DOCS_ASSETS_DIR / license_file).stat().st_size > 500, f"{name}: no {license_file}"
+
+
+def test_docs_assets_are_package_data() -> None:
+    """The wheel (and so every image) carries every vendored file: pyproject's package-data covers them."""
+    package_data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    patterns = package_data["service"]
+    for file in DOCS_ASSETS_DIR.iterdir():
+        relative = file.relative_to(DOCS_ASSETS_DIR.parent).as_posix()
+        assert any(fnmatch.fnmatch(relative, pattern) for pattern in patterns), f"{relative} not in the wheel"
+
+
 def test_samples_are_small_synthetic_jpegs_the_page_offers(client: TestClient) -> None:
     page = client.get("/").text
     offered = set(re.findall(r'data-src="/static/samples/([^"]+)"', page))
@@ -79,7 +113,7 @@ def test_samples_are_small_synthetic_jpegs_the_page_offers(client: TestClient) -
 
 
 def test_samples_sit_where_the_readme_says() -> None:
-    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    readme = (ROOT / "README.md").read_text()
     assert "service/static/samples/shapes-1.jpg" in readme
     assert (SAMPLES_DIR / "shapes-1.jpg").is_file()
 
