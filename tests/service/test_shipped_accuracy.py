@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from machine_testkit import needs_bf16, needs_int8_dot_product
+from machine_testkit import needs_amx_int8, needs_bf16
 from service_testkit import make_settings, start_client
 
 from contract.manifest import Manifest
@@ -101,7 +101,7 @@ def _cpu_dependent(directory: Path) -> Any:
     manifest = Manifest.read(directory)
     marks = []
     if manifest.precision == "int8":
-        marks.append(needs_int8_dot_product)
+        marks.append(needs_amx_int8)
         if manifest.unquantized_precision == "bf16":
             marks.append(needs_bf16)
     return pytest.param(directory, marks=marks, id=f"{manifest.name}/{manifest.version}")

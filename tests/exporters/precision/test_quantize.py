@@ -14,7 +14,7 @@ import cv2
 import numpy as np
 import onnx
 import pytest
-from machine_testkit import needs_bf16, needs_int8_dot_product
+from machine_testkit import needs_amx_int8, needs_bf16
 
 from contract.manifest import Accuracy, Manifest
 from exporters.cli import EXIT_GPU_REQUIRED, main
@@ -87,7 +87,7 @@ def test_gate_failures_name_what_dropped() -> None:
     assert gate_failures(accuracy, 0.02) == []
 
 
-@needs_int8_dot_product
+@needs_amx_int8
 @needs_bf16
 @pytest.mark.timeout(600)
 def test_int8_variant_passes_the_gate_and_records_its_provenance(small_val: Path, tmp_path: Path) -> None:
