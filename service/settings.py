@@ -117,10 +117,11 @@ class Settings(BaseSettings):
     tiling_full_image: bool = True
     # tiling=auto tiles an image only when it is more than this many times the network input along a side.
     tiling_auto_min_scale: float = Field(default=2.0, ge=1)
-    # How the tiles' detections are merged: nms (drop the lower-scored of overlapping boxes) or greedy_nmm
-    # (join them into their union), by iou or ios (intersection over the smaller box), class by class.
+    # How the tiles' detections are merged, class by class: nms (drop the lower-scored of overlapping boxes)
+    # or greedy_nmm (also join boxes cut at a tile border into one), by iou or ios (intersection over the
+    # smaller box). Defaults chosen by measurement (docs/tiling.md).
     tiling_merge: Literal["nms", "greedy_nmm"] = "greedy_nmm"
-    tiling_match_metric: Literal["iou", "ios"] = "ios"
+    tiling_match_metric: Literal["iou", "ios"] = "iou"
     tiling_match_threshold: float = Field(default=0.5, gt=0, le=1)
 
     # Timeouts (seconds). A body that stalls for body_idle_timeout_s, or takes longer than body_timeout_s

@@ -36,7 +36,7 @@ class MergeRule:
     """How overlapping tiles' detections are merged."""
 
     method: MergeMethod = "greedy_nmm"
-    metric: MatchMetric = "ios"
+    metric: MatchMetric = "iou"
     threshold: float = 0.5
 
 
