@@ -133,9 +133,9 @@ def _coco_stats(coco: COCO, image_ids: list[int], detections: list[dict[str, Any
     return {"ap": float(s[0]), "ap50": float(s[1]), "ap_small": float(s[3]), "ap_medium": float(s[4])}
 
 
-def _key(row: dict[str, Any]) -> tuple[str, str, float, str, bool, int, float]:
-    keys = ("model", "tiling", "overlap", "merge", "full_image", "images", "score_threshold")
-    return tuple(row[k] for k in keys)  # type: ignore[return-value]
+def _key(row: dict[str, Any]) -> tuple[Any, ...]:
+    keys = ("model", "tiling", "overlap", "merge", "full_image", "images", "score_threshold", "max_inputs")
+    return tuple(row.get(k) for k in keys)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -182,7 +182,8 @@ def main(argv: list[str] | None = None) -> None:
                 (t, o)
                 for t in args.tiling
                 for o in args.overlap
-                if (model, t, o, merge, full_image, len(image_ids), args.score_threshold) not in seen
+                if (model, t, o, merge, full_image, len(image_ids), args.score_threshold, args.max_inputs)
+                not in seen
             ]
             if not todo:
                 continue
@@ -199,13 +200,23 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    header = ["model", "tiling", "overlap", "merge", "score ≥", "whole image too", "tiles / image"]
+    header = [
+        "model",
+        "tiling",
+        "overlap",
+        "merge",
+        "score ≥",
+        "whole image too",
+        "inputs limit",
+        "tiles / image",
+    ]
     header += ["AP", "AP50", "AP-small", "AP-medium", "s / image (median)"]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for r in rows:
         cells = [r["model"], r["tiling"], str(r["overlap"]), r["merge"], str(r["score_threshold"])]
         cells.append("yes" if r["full_image"] else "no")
+        cells.append(str(r.get("max_inputs") or 16))
         cells.append(f"{r['tiles_per_image']:.0f}")
         cells += [f"{r[k]:.3f}" for k in ("ap", "ap50", "ap_small", "ap_medium")]
         cells.append(f"{r['median_s']:.2f}")
