@@ -92,8 +92,10 @@ def draw_detections(
     # Line and text sizes grow with the image so boxes stay visible on large photos.
     thickness = max(1, round(min(height, width) / 320))
     font_scale = max(0.35, min(height, width) / 900)
-    for x0, y0, x1, y1 in grid:
-        cv2.rectangle(canvas, (x0, y0), (x1 - 1, y1 - 1), (255, 255, 255), thickness, cv2.LINE_AA)
+    for x0, y0, x1, y1 in grid:  # thinner than the boxes: the grid is context, not a result
+        cv2.rectangle(
+            canvas, (x0, y0), (x1 - 1, y1 - 1), (255, 255, 255), max(1, thickness // 3), cv2.LINE_AA
+        )
     if masks is not None:
         for i, pasted in enumerate(masks):
             h, w = pasted.bitmap.shape

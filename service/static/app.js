@@ -255,8 +255,8 @@ function drawMasks(ctx, detections, width, height) {
 
 // The tiles a tiled request was cut into (result.tiles, original pixels): thin white frames.
 function drawTiles(ctx, tiles, width, height) {
-  ctx.lineWidth = Math.max(1, Math.round(Math.max(width, height) / 800));
-  ctx.strokeStyle = "rgba(255, 255, 255, 0.8)";
+  ctx.lineWidth = Math.max(2, Math.round(Math.max(width, height) / 500));
+  ctx.strokeStyle = "rgba(255, 255, 255, 0.9)";
   for (const t of tiles) ctx.strokeRect(t.x1, t.y1, t.x2 - t.x1, t.y2 - t.y1);
 }
 

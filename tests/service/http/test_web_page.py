@@ -16,6 +16,7 @@ from typing import Any
 
 import cv2
 import httpx
+import numpy as np
 import pytest
 from pycocotools import mask as mask_utils
 from service_testkit import PROJECT, Server, add_toy_model, encode
@@ -236,3 +237,38 @@ def test_pages_load_nothing_from_elsewhere(
     assert all(url in refused for url in external), (external, refused)
     assert path == "/redoc" or not external
     browser.save_screenshot(str(tmp_path / "page.png"))
+
+
+def test_page_tiles_on_request_and_draws_the_grid(browser: Any, server: Server, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.select import Select
+
+    browser.get(f"{server.url}/")
+    wait_for(browser, "document.getElementById('model').options.length > 0", "the model list")
+    sample = cv2.cvtColor(cv2.imread(str(SAMPLES_DIR / SAMPLE)), cv2.COLOR_BGR2RGB)
+    big = tmp_path / "big.png"  # four samples side by side: a larger scene than the network's input
+    big.write_bytes(encode(np.tile(sample, (2, 2, 1)), ".png"))
+    Select(browser.find_element(By.ID, "tiling")).select_by_value("512x512")
+    browser.find_element(By.ID, "file").send_keys(str(big))
+    state = "document.getElementById('canvas').dataset.state"
+    wait_for(browser, f"['done', 'error'].includes({state})", "the answer")
+    assert browser.execute_script(f"return {state}") == "done", browser.find_element(By.ID, "status").text
+    result = browser.execute_script("return window.detectPage.result")
+    threshold = httpx.get(f"{server.url}/v1/models/ssd300-synth", timeout=WAIT_S).json()["score_threshold"]
+    api = httpx.post(
+        f"{server.url}/detect",
+        params={"model": "ssd300-synth", "tiling": "512x512", "score_threshold": threshold},
+        content=big.read_bytes(),
+        headers={"content-type": "image/png"},
+        timeout=WAIT_S,
+    ).json()
+    assert len(result["tiles"]) > 1 and result["tiles"] == api["tiles"]
+    assert result["detections"] == api["detections"]
+    first = result["tiles"][0]  # a pixel on its right edge, inside the image
+    x, y = round(first["x2"]) - 1, round(first["y1"]) + 40
+    pixel = f"document.getElementById('canvas').getContext('2d').getImageData({x}, {y}, 1, 1).data"
+    before = browser.execute_script(f"return Array.from({pixel})")[:3]
+    browser.find_element(By.ID, "tile-grid").click()
+    # The grid is white, drawn over the image: that pixel brightens in every channel.
+    brighter = " && ".join(f"Array.from({pixel})[{c}] > {before[c] + 15}" for c in range(3))
+    wait_for(browser, brighter, "the tile grid drawn")
