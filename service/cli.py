@@ -100,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     from service.app import create_app
     from service.http.auth import ApiKeyError
     from service.http.h11_protocol import protocol_class
+    from service.runtime import tracing
     from service.runtime.memory import limit_heap_growth
     from service.runtime.repository import RepositoryError
     from service.settings import Settings
@@ -117,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     limit_heap_growth()
     try:
+        traces = tracing.configure_from_environment()  # OTEL_* variables; off unless they ask
         app = create_app(settings)
     except (RepositoryError, ApiKeyError, ValueError) as exc:
         print(f"detect-serve: {exc}", file=sys.stderr)
@@ -134,7 +136,10 @@ def main(argv: list[str] | None = None) -> int:
         timeout_graceful_shutdown=5,
     )
     server = DrainingServer(config, app.state.lifecycle, settings.drain_timeout_s)
-    server.run()
+    try:
+        server.run()
+    finally:
+        traces.shutdown()  # export the spans still buffered
     return 0
 
 

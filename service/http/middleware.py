@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import time
 
+from opentelemetry.trace import Span
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.errors import ServiceUnavailable
 from service.http.error_responses import error_response
 from service.http.lifecycle import Lifecycle
+from service.runtime import tracing
 from service.runtime.metrics import NO_MODEL, ServiceMetrics
 
 DETECT_PATHS = frozenset({"/detect", "/v1/detect"})
@@ -66,7 +68,27 @@ class DetectRequestMiddleware:
                 status = message["status"]
             await send(message)
 
+        span = _request_span(scope)
+        token = tracing.REQUEST_SPAN.set(span) if span is not None else None
         try:
             await self.app(scope, receive, send_and_record)
         finally:
-            self.metrics.observe_request(state.get("model", NO_MODEL), status, time.monotonic() - started)
+            model = state.get("model", NO_MODEL)
+            self.metrics.observe_request(model, status, time.monotonic() - started)
+            if token is not None:
+                tracing.REQUEST_SPAN.reset(token)
+                span.set_attribute("detect.model", model)  # type: ignore[union-attr]
+                tracing.end_request_span(span, status)
+
+
+def _request_span(scope: Scope) -> Span | None:
+    """The request's trace span when tracing is on: ``POST /detect`` or ``POST /v2/models/{m}/infer``,
+    continuing the caller's ``traceparent``."""
+    traces = tracing.current()
+    if not traces.enabled:
+        return None
+    path: str = scope["path"]
+    route = path if path in DETECT_PATHS else "/v2/models/{model_name}/infer"
+    headers = {key.decode("latin-1"): value.decode("latin-1") for key, value in scope["headers"]}
+    attributes = {"http.request.method": scope["method"], "url.path": path, "http.route": route}
+    return traces.request_span(f"{scope['method']} {route}", headers, attributes)

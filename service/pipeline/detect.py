@@ -37,6 +37,7 @@ from service.runtime.admission import (
     RENDER_BYTES_PER_PIXEL,
     Resources,
 )
+from service.runtime.batch_worker import ItemTimes
 from service.runtime.model_runtime import LoadedModel
 from service.schemas import Box, DetectionResult
 
@@ -184,7 +185,7 @@ def _prepare(
     decoded = time.perf_counter()
     size = decode.original_size if decode.scale_denominator > 1 else (image.shape[1], image.shape[0])
     views = _views(image, model.manifest.input, size, plan)
-    stages.stage("decode", decoded - started)
+    stages.stage("decode", decoded - started, ended=decoded)
     stages.stage("preprocess", time.perf_counter() - decoded)
     return Prepared(upload, size, views, plan.tiles, image if keep_original else None)
 
@@ -225,13 +226,12 @@ async def infer(
 
     ``deadline`` is the `time.monotonic` time by which inference must start (None: no limit).
     """
-    times: list[dict[str, float]] = [{} for _ in images]
+    times = [ItemTimes() for _ in images]
     outputs = await gather_in_order(
         model.submit(image, deadline, image_times) for image, image_times in zip(images, times, strict=True)
     )
     for image_times in times:
-        for stage, seconds in image_times.items():
-            stages.longest(stage, seconds)
+        stages.batched(image_times)
     return outputs
 
 

@@ -47,6 +47,7 @@ from service.pipeline.detect import (
 from service.pipeline.inputs import ImageUpload
 from service.pipeline.tasks import Gone, cancel_when_gone
 from service.pipeline.timing import RequestStages
+from service.runtime import tracing
 from service.runtime.admission import Resources
 from service.runtime.model_runtime import LoadedModel
 from service.schemas import DetectionResult
@@ -131,7 +132,7 @@ class PipelineRequest:
         self.model = model
         self.started_at = started_at
         self.deadline = deadline
-        self.stages = RequestStages(model.metrics)
+        self.stages = RequestStages(model.metrics, tracing.REQUEST_SPAN.get())
         self._pipeline = pipeline
         self._resources = pipeline.resources
         self._gone = gone
@@ -141,7 +142,10 @@ class PipelineRequest:
     async def hold_input(self, source: AbstractAsyncContextManager[T]) -> T:
         """Enter ``source`` (e.g. reading a body into the body memory budget) and return what it gives;
         it is left as soon as inference is done, or when the request ends."""
-        return await self._inputs.enter_async_context(source)
+        started = time.perf_counter()
+        value = await self._inputs.enter_async_context(source)
+        self.stages.span("read_body", started, time.perf_counter())
+        return value
 
     async def compute(
         self, work: Callable[..., T], *args: object, nbytes: int | None = None, memory: int = 0

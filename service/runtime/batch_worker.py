@@ -16,7 +16,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
+from opentelemetry.trace import SpanContext
+
 from service.errors import BackendError, ServiceError, ServiceUnavailable
+from service.runtime import tracing
 from service.runtime.wait_estimate import BatchTimeModel
 
 logger = logging.getLogger(__name__)
@@ -59,7 +62,17 @@ class Pending(Generic[In, Out]):
     enqueued_at: float  # time.monotonic()
     deadline: float  # time.monotonic() by which inference must start; inf = none
     started: bool = field(default=False)
-    times: dict[str, float] | None = None  # filled with this request's queue_wait and inference seconds
+    times: ItemTimes | None = None  # filled with when this request waited and ran
+
+
+@dataclass
+class ItemTimes:
+    """When one queued item waited and ran, as its batch filled them in."""
+
+    queue_wait: float | None = None  # seconds from queued to its batch's start
+    inference: float | None = None  # seconds its batch ran
+    batch_started: float | None = None  # time.monotonic()
+    batch_span: SpanContext | None = None  # the batch's trace span (tracing on)
 
 
 class BatchWorker(Generic[In, Out]):
@@ -124,11 +137,15 @@ class BatchWorker(Generic[In, Out]):
                 pending.future.set_result(output)
 
     def _done(self, batch: list[Pending[In, Out]], started: float) -> None:
-        elapsed = time.monotonic() - started
+        ended = time.monotonic()
+        elapsed = ended - started
         self._metrics.inference(elapsed)
+        span = tracing.current().batch(self.name, len(batch), started, ended)
         for pending in batch:
             if pending.times is not None:
-                pending.times["inference"] = elapsed
+                pending.times.inference = elapsed
+                pending.times.batch_started = started
+                pending.times.batch_span = span
         self.batch_times.observe(len(batch), elapsed)
         self.running_size = 0
         self.idle = True

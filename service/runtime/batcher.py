@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
 from service.errors import DeadlineExceeded, QueueFull, ServiceError, ServiceUnavailable
-from service.runtime.batch_worker import BatcherMetrics, BatchWorker, NoMetrics, Pending
+from service.runtime.batch_worker import BatcherMetrics, BatchWorker, ItemTimes, NoMetrics, Pending
 from service.runtime.wait_estimate import expected_finish_s, retry_after_s
 
 logger = logging.getLogger(__name__)
@@ -173,13 +173,11 @@ class DynamicBatcher(Generic[In, Out]):
                 retry_after_s=retry_after_s(finish, budget),
             )
 
-    async def submit(
-        self, item: In, *, deadline: float | None = None, times: dict[str, float] | None = None
-    ) -> Out:
+    async def submit(self, item: In, *, deadline: float | None = None, times: ItemTimes | None = None) -> Out:
         """Queue ``item`` and wait for its output.
 
         ``deadline`` is a `time.monotonic` time by which inference must start, or None for no limit.
-        ``times``, if given, receives this request's ``queue_wait`` and ``inference`` seconds.
+        ``times``, if given, receives when this request waited and ran (`ItemTimes`).
         Raises `QueueFull` (429) when ``max_queue_size`` requests are waiting, `ServiceUnavailable`
         (503) when stopping or dead, `DeadlineExceeded` (504) when the request could not start in time,
         and whatever the batch raised (`BackendError`, 500) when inference failed.
@@ -309,7 +307,7 @@ class DynamicBatcher(Generic[In, Out]):
             pending.started = True
             self._metrics.queue_wait(now - pending.enqueued_at)
             if pending.times is not None:
-                pending.times["queue_wait"] = now - pending.enqueued_at
+                pending.times.queue_wait = now - pending.enqueued_at
             live.append(pending)
         return live
 

@@ -23,6 +23,7 @@ import numpy as np
 from contract.manifest import Manifest
 from service.errors import BadRequest, ModelNotFound, ServiceUnavailable
 from service.runtime.backends import Backend, BackendFactory
+from service.runtime.batch_worker import ItemTimes
 from service.runtime.batcher import DynamicBatcher
 from service.runtime.default_model import no_default_message, resolve_default_model
 from service.runtime.metrics import ModelMetrics, ServiceMetrics
@@ -96,10 +97,10 @@ class LoadedModel:
         self.require_ready().admit(images, deadline)
 
     async def submit(
-        self, image: np.ndarray, deadline: float | None, times: dict[str, float] | None = None
+        self, image: np.ndarray, deadline: float | None, times: ItemTimes | None = None
     ) -> dict[str, np.ndarray]:
         """Queue one network-sized image; its outputs (batch dimension removed) once its batch ran.
-        ``times`` receives its queue_wait and inference seconds."""
+        ``times`` receives when it waited and ran (`ItemTimes`)."""
         return await self.require_ready().submit(image, deadline=deadline, times=times)
 
     @contextmanager

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from service.pipeline.timing import RequestStages
+from service.runtime.batch_worker import ItemTimes
 from service.runtime.metrics import ServiceMetrics
 
 
@@ -12,9 +13,8 @@ def test_stages_in_pipeline_order_in_milliseconds() -> None:
     stages.stage("postprocess", 0.0005)
     stages.stage("decode", 0.002)
     stages.stage("decode", 0.003)  # a second image
-    stages.longest("inference", 0.040)
-    stages.longest("inference", 0.030)
-    stages.longest("queue_wait", 0.001)
+    stages.batched(ItemTimes(queue_wait=0.001, inference=0.040))
+    stages.batched(ItemTimes(queue_wait=0.0005, inference=0.030))
     assert stages.server_timing(0.1) == (
         "decode;dur=5.000, queue_wait;dur=1.000, inference;dur=40.000, postprocess;dur=0.500, "
         "total;dur=100.000"

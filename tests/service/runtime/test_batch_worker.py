@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 import pytest
 
 from service.errors import BackendError
-from service.runtime.batch_worker import BatchWorker, NoMetrics, Pending
+from service.runtime.batch_worker import BatchWorker, ItemTimes, NoMetrics, Pending
 
 
 async def _run(
@@ -19,7 +19,7 @@ async def _run(
     idle = asyncio.Event()
     worker: BatchWorker[int, int] = BatchWorker("m", run_batch, NoMetrics(), idle.set)
     loop = asyncio.get_running_loop()
-    batch = [Pending(i, loop.create_future(), time.monotonic(), math.inf, times={}) for i in items]
+    batch = [Pending(i, loop.create_future(), time.monotonic(), math.inf, times=ItemTimes()) for i in items]
     worker.dispatch(batch)
     assert not worker.idle and worker.running_size == len(items)
     await asyncio.wait_for(idle.wait(), 5)
@@ -34,7 +34,9 @@ def test_each_waiter_gets_its_output_and_the_batch_is_timed() -> None:
     batch, worker = asyncio.run(_run(double, [1, 2, 3]))
     assert [p.future.result() for p in batch] == [2, 4, 6]
     assert worker.idle and worker.running_size == 0 and worker.batch_times.known
-    assert all(p.times is not None and p.times["inference"] >= 0 for p in batch)
+    assert all(
+        p.times is not None and p.times.inference is not None and p.times.inference >= 0 for p in batch
+    )
 
 
 def test_a_wrong_output_count_fails_every_waiter_of_the_batch() -> None:

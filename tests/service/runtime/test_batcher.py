@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from service.errors import BackendError, DeadlineExceeded, QueueFull, ServiceUnavailable
+from service.runtime.batch_worker import ItemTimes
 from service.runtime.batcher import DynamicBatcher
 
 WAIT = 10.0  # generous upper bound for any event a test waits on; reaching it means the test failed
@@ -121,10 +122,11 @@ def test_a_request_learns_its_own_queue_wait_and_inference_time() -> None:
     async def scenario() -> None:
         worker, metrics = Worker(), RecordingMetrics()
         batcher = make(worker, metrics, max_batch_size=8, max_queue_delay_s=0.05)
-        times: dict[str, float] = {}
+        times = ItemTimes()
         assert await batcher.submit(21, times=times) == 42
-        assert times == {"queue_wait": metrics.waits[0], "inference": metrics.inferences[0]}
-        assert times["queue_wait"] >= 0.05
+        assert (times.queue_wait, times.inference) == (metrics.waits[0], metrics.inferences[0])
+        assert times.queue_wait >= 0.05 and times.batch_started is not None
+        assert times.batch_span is None  # tracing off
         await batcher.stop()
 
     run(scenario)
