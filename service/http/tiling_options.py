@@ -19,7 +19,8 @@ def tiling_options(
     """The `Tiling` of a request for ``model_name`` that asked for ``tiling`` and ``overlap`` (None: the
     model's default from ``model_overrides``, else the server's). Raises `BadRequest` naming the field."""
     override = settings.model_overrides.get(model_name)
-    spec = tiling or (override.tiling if override is not None else None) or settings.tiling
+    default = override.tiling if override is not None and override.tiling is not None else settings.tiling
+    spec = default if tiling is None else tiling  # an empty value is a bad value, not "the default"
     mode, size = parse_tiling(spec, field=field)
     return Tiling(
         mode=mode,

@@ -37,7 +37,7 @@ MIN_TILE_SIDE = 32
 MAX_TILE_SIDE = 8192
 MAX_OVERLAP = 0.75
 _AUTO_GROWTH = 1.25
-_SIZE = re.compile(r"^\s*(\d{1,6})\s*[xX]\s*(\d{1,6})\s*$")
+_SIZE = re.compile(r"(\d{1,6})x(\d{1,6})")  # exactly, as the API documents: off | auto | \d+x\d+
 
 TilingMode = Literal["off", "auto", "fixed"]
 
@@ -94,10 +94,9 @@ def cut_by_tile(boxes: NDArray[np.float32], tile: Tile, size: tuple[int, int]) -
 
 def parse_tiling(spec: str, *, field: str = "tiling") -> tuple[TilingMode, tuple[int, int] | None]:
     """``"off"``, ``"auto"`` or ``"WxH"`` -> (mode, tile size). Raises `BadRequest` naming ``field``."""
-    value = spec.strip().lower()
-    if value in ("off", "auto"):
-        return ("off" if value == "off" else "auto"), None
-    match = _SIZE.match(value)
+    if spec in ("off", "auto"):
+        return ("off" if spec == "off" else "auto"), None
+    match = _SIZE.fullmatch(spec)
     if match is None:
         raise BadRequest(
             f"{field}: expected off, auto or a tile size WIDTHxHEIGHT such as 512x512; got {spec!r}",

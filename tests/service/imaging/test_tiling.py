@@ -39,7 +39,7 @@ def test_grid_covers_every_pixel_with_whole_tiles(width: int, height: int) -> No
 
 def test_parse_tiling() -> None:
     assert parse_tiling("off") == ("off", None)
-    assert parse_tiling(" AUTO ") == ("auto", None)
+    assert parse_tiling("auto") == ("auto", None)
     assert parse_tiling("512x384") == ("fixed", (512, 384))
 
 
@@ -52,6 +52,9 @@ def test_parse_tiling() -> None:
         ("big", "expected off, auto or a tile size"),
         ("512", "expected off, auto or a tile size"),
         ("-5x5", "expected off, auto or a tile size"),
+        (" auto", "expected off, auto or a tile size"),  # as the API's pattern says: nothing else
+        ("512X512", "expected off, auto or a tile size"),
+        ("512x512\n", "expected off, auto or a tile size"),
     ],
 )
 def test_bad_tiling_names_the_field(spec: str, fragment: str) -> None:
