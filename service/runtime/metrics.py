@@ -180,6 +180,9 @@ class ServiceMetrics:
             self.stages[stage].labels(model=model)
         self.request_seconds.labels(model=model)
         self.batch_size.labels(model=model)
+        # Load failures count from 0, so an alert's increase() sees the first one.
+        self.model_load_seconds.labels(model=model)
+        self.model_load_failures.labels(model=model)
         for reason in CLOSE_REASONS:
             self.batches.labels(model=model, reason=reason)
         self.queue_depth.labels(model=model).set(0)
