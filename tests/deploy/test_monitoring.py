@@ -195,3 +195,31 @@ def test_dashboard_config_map_carries_the_sidecar_label(rendered: dict[str, list
     (config_map,) = [obj for obj in rendered["monitoring"] if obj["kind"] == "ConfigMap"]
     assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(config_map["data"]["dashboard.json"]) == json.loads(DASHBOARD.read_text())
+
+
+# ---------------------------------------------------------------------------------------------- the runbook
+OPERATIONS = ROOT / "docs" / "operations.md"
+
+
+def test_every_alert_has_a_runbook_section():
+    text = OPERATIONS.read_text()
+    headings = set(re.findall(r"^### (\w+)$", text, flags=re.MULTILINE))
+    for group in rules_file()["groups"]:
+        for rule in group["rules"]:
+            if "alert" in rule:
+                assert rule["alert"] in headings, f"docs/operations.md has no section for {rule['alert']}"
+                anchor = rule["alert"].lower()
+                assert rule["annotations"]["runbook"] == f"docs/operations.md#{anchor}"
+
+
+def test_operations_doc_names_only_real_metrics_and_settings(
+    metric_families: dict[str, str], settings_env_names: set[str]
+):
+    text = OPERATIONS.read_text()
+    suffixes = ("_bucket", "_sum", "_count", "_total")
+    for name in set(re.findall(r"(?<![:\w])(?:detect|process)_[a-z0-9_]+\b", text)):
+        stems = [name[: -len(s)] for s in suffixes if name.endswith(s)]
+        family = next((stem for stem in stems if stem in metric_families), name)
+        assert family in metric_families, f"docs/operations.md names metric {name}, which the service lacks"
+    unknown = set(re.findall(r"\bDETECT_[A-Z0-9_]+\b", text)) - settings_env_names
+    assert not unknown, f"docs/operations.md names {sorted(unknown)}, which are not settings"
