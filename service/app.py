@@ -55,6 +55,8 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     lifecycle = Lifecycle(service_metrics)
     runtime = ModelRuntime(entries, settings, service_metrics, backend_factory or create_backend)
     control = ModelControl(runtime, settings)
+    service_metrics.track_readiness(lambda: runtime.ready and not lifecycle.draining)
+    service_metrics.bound_memory(settings.body_memory_bytes + settings.image_memory_bytes)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

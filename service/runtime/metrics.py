@@ -6,16 +6,35 @@ boxed image), each once per image, and the end-to-end request time. Batch size i
 batch size is ``rate(detect_batch_size_sum) / rate(detect_batch_size_count)``; why each batch closed is a
 counter by ``reason`` (full | delay | deadline | drain | idle). ``detect_model_info`` labels each loaded
 model version with its runtime and the inference precision in effect.
+
+For operating the service (k8s/monitoring, docs/operations.md): ``detect_ready`` is what ``/health/ready``
+answers (1 or 0, computed at each scrape); the process collector's ``process_resident_memory_bytes`` is the
+RSS, and ``detect_memory_bound_bytes`` the peak RSS it should stay under (docs/hardening.md, "The memory
+bound"): the RSS measured after the last model finished loading and warming up, plus the request body and
+decoded image budgets of the settings.
 """
 
 from __future__ import annotations
 
+import os
+from typing import TYPE_CHECKING
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+    start_http_server,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from service.runtime.batcher import CLOSE_REASONS
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 # Seconds: from sub-millisecond image work to multi-second CPU batches.
 STAGE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -51,6 +70,7 @@ class ModelMetrics:
 
     def model_loaded(self, seconds: float) -> None:
         self._parent.model_load_seconds.labels(model=self.model).observe(seconds)
+        self._parent.measure_memory_baseline()
 
     def model_load_failed(self) -> None:
         self._parent.model_load_failures.labels(model=self.model).inc()
@@ -125,6 +145,31 @@ class ServiceMetrics:
             registry=r,
         )
 
+        # Operations: readiness as the probe answers it, the RSS and the bound it should stay under.
+        ProcessCollector(registry=r)
+        self.ready = Gauge("detect_ready", "1 when /health/ready answers 200, else 0", registry=r)
+        self.memory_bound = Gauge(
+            "detect_memory_bound_bytes",
+            "Peak RSS bound: the RSS after the last model load and warm-up plus the body and image budgets",
+            registry=r,
+        )
+        self._memory_baseline = 0
+        self._memory_budgets = 0
+
+    def track_readiness(self, ready: Callable[[], bool]) -> None:
+        """Make ``detect_ready`` answer ``ready()`` at each scrape."""
+        self.ready.set_function(lambda: 1.0 if ready() else 0.0)
+
+    def bound_memory(self, budget_bytes: int) -> None:
+        """Set the request memory budgets (``body_memory_bytes + image_memory_bytes``) of the bound."""
+        self._memory_budgets = budget_bytes
+        self.memory_bound.set(self._memory_baseline + self._memory_budgets)
+
+    def measure_memory_baseline(self) -> None:
+        """Take the current RSS as the models' baseline (after a model loaded and warmed up)."""
+        self._memory_baseline = resident_memory_bytes()
+        self.memory_bound.set(self._memory_baseline + self._memory_budgets)
+
     def serving_info(self, model: str, version: str, backend: str, precision: str) -> None:
         """Record which runtime and inference precision serve ``model``/``version`` (an info gauge)."""
         self.model_info.labels(model=model, version=version, backend=backend, precision=precision).set(1)
@@ -135,6 +180,9 @@ class ServiceMetrics:
             self.stages[stage].labels(model=model)
         self.request_seconds.labels(model=model)
         self.batch_size.labels(model=model)
+        # Load failures count from 0, so an alert's increase() sees the first one.
+        self.model_load_seconds.labels(model=model)
+        self.model_load_failures.labels(model=model)
         for reason in CLOSE_REASONS:
             self.batches.labels(model=model, reason=reason)
         self.queue_depth.labels(model=model).set(0)
@@ -147,6 +195,15 @@ class ServiceMetrics:
     def exposition(self) -> tuple[bytes, str]:
         """The text exposition format and its content type."""
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+def resident_memory_bytes() -> int:
+    """This process's RSS in bytes (0 where /proc is absent), as ``process_resident_memory_bytes``."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def serve_metrics(metrics: ServiceMetrics, host: str, port: int) -> WSGIServer:

@@ -1,7 +1,8 @@
 """checkov (an infrastructure-as-code scanner) over what ships: every finding fixed or accepted with a reason.
 
 One offline run (``--skip-download``, no update check) over the rendered kustomizations that reach a cluster
-(the overlays, training, KServe), the same renders with every image pinned by digest, and the Dockerfile.
+(the overlays, training, KServe, monitoring), the same renders with every image pinned by digest, and the
+Dockerfile.
 Findings must equal the entries of k8s/checkov-accepted.yaml: a new finding fails, and so does an entry
 that no longer matches one. checkov comes from its own locked environment (.venv-checkov, tools/checkov),
 installed by ``make setup``.
@@ -23,7 +24,7 @@ import yaml
 from deploy_testkit import K8S, ROOT, objects_of, pod_spec, render
 
 # The kustomizations checkov scans, relative to k8s/ (base is what the overlays render, with more).
-SCANNED = ("overlays/cpu", "overlays/gpu", "training", "kserve")
+SCANNED = ("overlays/cpu", "overlays/gpu", "training", "kserve", "monitoring")
 ACCEPTED_FILE = K8S / "checkov-accepted.yaml"
 # A digest for the pinned renders (any sha256 does: nothing is pulled).
 TEST_DIGEST = "sha256:" + hashlib.sha256(b"detect test image").hexdigest()

@@ -84,7 +84,57 @@ SERVICE_MONITOR_SCHEMA: dict[str, Any] = {
         },
     },
 }
-CRD_SCHEMAS = {("monitoring.coreos.com/v1", "ServiceMonitor"): SERVICE_MONITOR_SCHEMA}
+# The PrometheusRule CRD's rule groups (k8s/monitoring); the PromQL itself is checked by promtool
+# (tests/deploy/test_monitoring.py).
+_RULE = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["expr"],
+    "oneOf": [{"required": ["record"]}, {"required": ["alert"]}],
+    "properties": {
+        "record": {"type": "string"},
+        "alert": {"type": "string"},
+        "expr": {"type": "string", "minLength": 1},
+        "for": _DURATION,
+        "keep_firing_for": _DURATION,
+        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+        "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
+    },
+}
+PROMETHEUS_RULE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "monitoring.coreos.com/v1"},
+        "kind": {"const": "PrometheusRule"},
+        "metadata": {"type": "object", "required": ["name"]},
+        "spec": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["groups"],
+            "properties": {
+                "groups": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["name", "rules"],
+                        "properties": {
+                            "name": {"type": "string"},
+                            "interval": _DURATION,
+                            "rules": {"type": "array", "minItems": 1, "items": _RULE},
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+CRD_SCHEMAS = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): SERVICE_MONITOR_SCHEMA,
+    ("monitoring.coreos.com/v1", "PrometheusRule"): PROMETHEUS_RULE_SCHEMA,
+}
 
 SERVING_KINDS = {
     "Namespace",

@@ -93,3 +93,27 @@ def test_exposition_passes_promtool(client: TestClient, tmp_path: Path) -> None:
         [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_readiness_gauge_answers_as_the_probe_does(client: TestClient) -> None:
+    def ready_gauge() -> float:
+        return samples(client.get("/metrics").text)[("detect_ready", ())]
+
+    assert client.get("/health/ready").status_code == 200
+    assert ready_gauge() == 1
+    client.app.state.lifecycle.begin_drain()  # type: ignore[attr-defined]
+    assert client.get("/health/ready").status_code == 503
+    assert ready_gauge() == 0
+
+
+def test_memory_bound_is_the_loaded_baseline_plus_the_budgets(
+    make_client: Callable[..., TestClient], toy_repo: Path
+) -> None:
+    body, image = 8 * 2**20, 24 * 2**20
+    values = samples(
+        make_client(toy_repo, body_memory_bytes=body, image_memory_bytes=image).get("/metrics").text
+    )
+    rss = values[("process_resident_memory_bytes", ())]
+    baseline = values[("detect_memory_bound_bytes", ())] - body - image
+    # The baseline is the RSS taken after the toy model loaded: a Python process with numpy, tens of MB.
+    assert 10 * 2**20 < baseline <= rss * 1.5, (baseline, rss)
