@@ -198,18 +198,31 @@ def test_errors_have_the_protocol_codes_and_rest_messages(server: GrpcServer) ->
     assert error.status() == "StatusCode.INVALID_ARGUMENT" and "image_bytes[0]" in error.message()
 
 
-def test_message_size_limit(tmp_path: Path) -> None:
-    """A message over DETECT_MAX_BODY_BYTES is refused by gRPC itself (RESOURCE_EXHAUSTED)."""
+def test_limits_message_size_and_overload(tmp_path: Path) -> None:
+    """A message over DETECT_MAX_BODY_BYTES is refused by gRPC itself (RESOURCE_EXHAUSTED); a request the
+    queue cannot take (DETECT_MAX_QUEUE_SIZE) gets RESOURCE_EXHAUSTED with REST's 429 message and its
+    retry-after in the trailing metadata."""
     add_toy_model(tmp_path, "toy")
-    server = GrpcServer(tmp_path, {"DETECT_MAX_BODY_BYTES": "20000"})
+    server = GrpcServer(tmp_path, {"DETECT_MAX_BODY_BYTES": "30000", "DETECT_MAX_QUEUE_SIZE": "1"})
     try:
-        images = triton_grpc.InferInput("images", [2, 64, 64, 3], "UINT8")
-        images.set_data_from_numpy(np.zeros((2, 64, 64, 3), np.uint8))
-        error = grpc_error(lambda: server.client().infer("toy", [images]))
-        assert error.status() == "StatusCode.RESOURCE_EXHAUSTED"
-        images = triton_grpc.InferInput("images", [1, 64, 64, 3], "UINT8")  # 12 KiB: within the limit
-        images.set_data_from_numpy(np.zeros((1, 64, 64, 3), np.uint8))
-        assert server.client().infer("toy", [images]).as_numpy("num_detections").tolist() == [[2]]
+        three = triton_grpc.InferInput("images", [3, 64, 64, 3], "UINT8")  # 36 KiB
+        three.set_data_from_numpy(np.zeros((3, 64, 64, 3), np.uint8))
+        error = grpc_error(lambda: server.client().infer("toy", [three]))
+        assert error.status() == "StatusCode.RESOURCE_EXHAUSTED" and "30000" in error.message()
+        one = triton_grpc.InferInput("images", [1, 64, 64, 3], "UINT8")  # 12 KiB: within both limits
+        one.set_data_from_numpy(np.zeros((1, 64, 64, 3), np.uint8))
+        assert server.client().infer("toy", [one]).as_numpy("num_detections").tolist() == [[2]]
+        two = service_pb2.ModelInferRequest.InferInputTensor(
+            name="images", datatype="UINT8", shape=[2, 64, 64, 3]
+        )
+        request = typed_request("toy", two)
+        request.raw_input_contents.append(bytes(2 * 64 * 64 * 3))  # type: ignore[attr-defined]
+        with grpc.insecure_channel(server.grpc_url) as channel, pytest.raises(grpc.RpcError) as caught:
+            service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request, timeout=30)
+        assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "max_queue_size 1" in caught.value.details()
+        trailing = dict(caught.value.trailing_metadata())
+        assert int(trailing["retry-after"]) >= 1
     finally:
         server.close()
 
