@@ -253,15 +253,38 @@ def test_repository_load_and_unload(server: GrpcServer) -> None:
     assert error.status() in ("StatusCode.INVALID_ARGUMENT", "StatusCode.NOT_FOUND")
 
 
+def metric(server: GrpcServer, series: str) -> float:
+    for line in httpx.get(f"{server.url}/metrics").text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
 def test_metrics_count_grpc_calls(server: GrpcServer) -> None:
-    images = triton_grpc.InferInput("images", [1, 64, 64, 3], "UINT8")
-    images.set_data_from_numpy(np.zeros((1, 64, 64, 3), np.uint8))
+    """Calls are counted by gRPC code; their images pass through the pipeline's stage metrics."""
+    ok, missing = (
+        'detect_grpc_requests_total{code="OK",model="toy"}',
+        ('detect_grpc_requests_total{code="NOT_FOUND",model="none"}'),
+    )
+    queue_wait, decode = (
+        'detect_queue_wait_seconds_count{model="toy"}',
+        'detect_decode_seconds_count{model="toy"}',
+    )
+    before = {name: metric(server, name) for name in (ok, missing, queue_wait, decode)}
+    images = triton_grpc.InferInput("images", [2, 64, 64, 3], "UINT8")
+    images.set_data_from_numpy(np.zeros((2, 64, 64, 3), np.uint8))
     server.client().infer("toy", [images])
+    encoded = triton_grpc.InferInput("image_bytes", [1], "BYTES")
+    encoded.set_data_from_numpy(np.array([encode(photo(64, 64))], dtype=np.object_))
+    server.client().infer("toy", [encoded])
     grpc_error(lambda: server.client().infer("nope", [images]))
-    text = httpx.get(f"{server.url}/metrics").text
-    assert 'detect_grpc_requests_total{code="OK",model="toy"}' in text
-    assert 'detect_grpc_requests_total{code="NOT_FOUND",model="none"}' in text
-    assert 'detect_inference_seconds_count{model="toy"}' in text
+    after = {name: metric(server, name) for name in before}
+    assert {name: after[name] - before[name] for name in before} == {
+        ok: 2,
+        missing: 1,
+        queue_wait: 3,
+        decode: 1,
+    }
 
 
 def test_api_keys_and_repository_off(tmp_path: Path) -> None:
