@@ -1,5 +1,6 @@
-"""SIGTERM with a gRPC call in flight: readiness and health turn NOT_SERVING at once, new calls get
-UNAVAILABLE, the call in flight completes, and the process exits 0 (the gRPC server stops in the lifespan)."""
+"""Calls that end early or late: SIGTERM with a gRPC call in flight (readiness and health turn NOT_SERVING at
+once, new calls get UNAVAILABLE, the call in flight completes, the process exits 0: the gRPC server stops in
+the lifespan), and a client deadline passing while the call's image is queued."""
 
 from __future__ import annotations
 
@@ -51,5 +52,32 @@ def test_sigterm_drains_grpc_calls_then_exits(tmp_path: Path) -> None:
             scores = in_flight.result(timeout=30).as_numpy("detection_scores")
             assert scores[0, 0] == pytest.approx(200 / 255, abs=1e-3)
         assert server.process.wait(timeout=30) == 0
+    finally:
+        server.close()
+
+
+def test_a_client_deadline_cancels_the_queued_work(tmp_path: Path) -> None:
+    """A call whose deadline passes while its image waits for a batch: the client gets DEADLINE_EXCEEDED,
+    the server counts it CANCELLED and drops the image before any inference runs."""
+    add_toy_model(tmp_path, "toy")
+    env = {"DETECT_MAX_QUEUE_DELAY_MS": "1500", "DETECT_DISPATCH_WHEN_IDLE": "false"}
+    server = GrpcServer(tmp_path, env)
+
+    def scraped(series: str) -> str:
+        lines = httpx.get(f"{server.url}/metrics").text.splitlines()
+        return next((line.split()[-1] for line in lines if line.startswith(series + " ")), "")
+
+    try:
+        with pytest.raises(InferenceServerException) as caught:
+            server.client().infer("toy", [images(50)], client_timeout=0.3)
+        assert caught.value.status() == "StatusCode.DEADLINE_EXCEEDED"
+        server.wait_until(
+            lambda: scraped('detect_grpc_requests_total{code="CANCELLED",model="toy"}') == "1.0",
+            "a cancelled call",
+        )
+        server.wait_until(lambda: scraped('detect_queue_depth{model="toy"}') == "0.0", "the queue to empty")
+        assert scraped('detect_batch_size_count{model="toy"}') == "0.0", (
+            "no batch ran for the cancelled image"
+        )
     finally:
         server.close()
