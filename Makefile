@@ -15,7 +15,7 @@ UV_VERSION ?= 0.13.9
 UV = $(VENV)/bin/uv
 SYNC = sync --locked --inexact
 
-.PHONY: setup setup-serve test lint lock serve default-model ssd320-model ssd300-model efficientdet-model maskrcnn-model bench-train clean
+.PHONY: setup setup-serve test lint lock grpc-proto serve default-model ssd320-model ssd300-model efficientdet-model maskrcnn-model bench-train clean
 
 $(VENV)/.installed: pyproject.toml uv.lock
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,10 @@ lint: setup
 	$(VENV)/bin/ruff format --check contract training exporters service tests scripts
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
+
+# The Open Inference Protocol's gRPC messages (service/grpc/proto/oip.proto) as Python, committed beside it.
+grpc-proto: setup
+	$(VENV)/bin/python -m grpc_tools.protoc -I . --python_out=. --pyi_out=. service/grpc/proto/oip.proto
 
 serve: setup-serve
 	$(SERVE_VENV)/bin/detect-serve --model-repository $(MODEL_REPOSITORY) --host $(HOST) --port $(PORT)

@@ -3,7 +3,8 @@
 The repository is scanned when the app is created (a broken one raises `RepositoryError` at once), and
 so are the API keys (a missing key file raises `ApiKeyError`); the lifespan then loads, warms up and
 starts every model in the background, so liveness answers immediately and readiness turns true when
-all models serve. On shutdown the batchers drain.
+all models serve. With ``grpc_port`` set, the Open Inference Protocol's gRPC server (`service.grpc`) starts
+and stops in the same lifespan. On shutdown the batchers drain.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from importlib.metadata import PackageNotFoundError, version
 
 from fastapi import FastAPI
 
+from service.grpc.server import GrpcServer
+from service.grpc.servicer import ServingState
 from service.http.auth import ApiKeyMiddleware, load_api_keys
 from service.http.error_responses import install_error_handlers
 from service.http.lifecycle import Lifecycle
@@ -72,10 +75,20 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
         )
         runtime.start_loading()
         control.start_polling()
+        grpc_server = None
+        if settings.grpc_port is not None:
+            state = ServingState(
+                settings, runtime, control, app.state.pipeline, lifecycle, service_metrics, app.version
+            )
+            grpc_server = GrpcServer(state, api_keys)
+            await grpc_server.start()
+        app.state.grpc_server = grpc_server
         try:
             yield
         finally:
             lifecycle.begin_drain()
+            if grpc_server is not None:  # calls in flight finish first (the CLI drained them already)
+                await grpc_server.stop(settings.drain_timeout_s)
             lifecycle.close()
             await control.stop()
             await runtime.stop(settings.drain_timeout_s)

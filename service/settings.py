@@ -142,6 +142,9 @@ class Settings(BaseSettings):
     # Serve /metrics on this separate port (then not on the API port), e.g. for a NetworkPolicy that
     # admits only Prometheus there. None: /metrics on the API port, behind the API key when one is set.
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    # The Open Inference Protocol over gRPC (KServe v2 GRPCInferenceService, and the gRPC health protocol) on
+    # this port, in the same process and pipeline as the HTTP API (service/grpc/). None: no gRPC server.
+    grpc_port: int | None = Field(default=None, ge=0, le=65535)
     # /docs, /redoc and /openapi.json; turn off to expose only the API itself.
     docs: bool = True
 
@@ -166,7 +169,7 @@ class Settings(BaseSettings):
     # Run one inference per model before reporting ready (first runs allocate and compile kernels).
     warmup: bool = True
 
-    @field_validator("openvino_cache_dir", mode="before")
+    @field_validator("openvino_cache_dir", "grpc_port", mode="before")
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
         return None if value == "" else value

@@ -61,11 +61,11 @@ def presented_key(headers: dict[bytes, bytes]) -> str | None:
     return key or None
 
 
-class ApiKeyMiddleware:
-    """Pure ASGI: 401 for HTTP requests without a valid key, except on `OPEN_PREFIXES`."""
+class ApiKeys:
+    """The configured keys, as digests: `accepts` compares a presented key with every one in constant time.
+    Shared by the HTTP middleware and the gRPC server (`service.grpc.auth`)."""
 
-    def __init__(self, app: ASGIApp, *, keys: list[str]):
-        self.app = app
+    def __init__(self, keys: list[str]):
         self._digests = [hashlib.sha256(k.encode()).digest() for k in keys]
 
     def accepts(self, key: str | None) -> bool:
@@ -77,19 +77,29 @@ class ApiKeyMiddleware:
             matched |= hmac.compare_digest(digest, expected)
         return matched
 
+
+def missing_key_error(key: str | None) -> Unauthorized:
+    """The error for a request without a valid key (``key``: the one it presented, if any)."""
+    reason = "no API key" if key is None else "invalid API key"
+    return Unauthorized(
+        f"{reason}: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'", field="authorization"
+    )
+
+
+class ApiKeyMiddleware:
+    """Pure ASGI: 401 for HTTP requests without a valid key, except on `OPEN_PREFIXES`."""
+
+    def __init__(self, app: ASGIApp, *, keys: list[str]):
+        self.app = app
+        self.keys = ApiKeys(keys)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"] if scope["type"] == "http" else ""
         if scope["type"] != "http" or path in OPEN_PATHS or path.startswith(OPEN_PREFIXES):
             await self.app(scope, receive, send)
             return
         key = presented_key(dict(scope["headers"]))
-        if self.accepts(key):
+        if self.keys.accepts(key):
             await self.app(scope, receive, send)
             return
-        reason = "no API key" if key is None else "invalid API key"
-        response = error_response(
-            Unauthorized(
-                f"{reason}: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'", field="authorization"
-            )
-        )
-        await response(scope, receive, send)
+        await error_response(missing_key_error(key))(scope, receive, send)

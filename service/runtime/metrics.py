@@ -117,6 +117,14 @@ class ServiceMetrics:
         self.requests = Counter(
             "detect_requests", "Detect requests by model and HTTP status code", ["model", "code"], registry=r
         )
+        # Inference calls of the Open Inference Protocol over gRPC (service/grpc/), by gRPC status code name;
+        # their end-to-end time goes into detect_request_seconds with every other protocol's.
+        self.grpc_requests = Counter(
+            "detect_grpc_requests",
+            "gRPC inference calls by model and gRPC status code",
+            ["model", "code"],
+            registry=r,
+        )
         self.model_ready = Gauge(
             "detect_model_ready",
             "1 when the model version is loaded, warmed up and batching",
@@ -190,6 +198,10 @@ class ServiceMetrics:
 
     def observe_request(self, model: str, status_code: int, seconds: float) -> None:
         self.requests.labels(model=model, code=str(status_code)).inc()
+        self.request_seconds.labels(model=model).observe(seconds)
+
+    def observe_grpc_request(self, model: str, code: str, seconds: float) -> None:
+        self.grpc_requests.labels(model=model, code=code).inc()
         self.request_seconds.labels(model=model).observe(seconds)
 
     def exposition(self) -> tuple[bytes, str]:

@@ -27,7 +27,7 @@ from service.pipeline.entry import PipelineRequest
 from service.pipeline.inputs import ImageUpload
 from service.settings import Settings
 from service.v2.signature import BYTES_INPUT
-from service.v2.tensors import decode_request, encode_response, header_length
+from service.v2.tensors import DecodedRequest, decode_request, encode_response, header_length
 
 # Image memory held while a JSON request is parsed, per byte of JSON. scripts/measure_v2_json_memory.py
 # (4 images of 300x300 as JSON integers): peak RSS grew by 8.7 bytes per byte for a flat list, 19.9 for
@@ -53,7 +53,7 @@ async def run_inference(
     section follows (else None). ``json_header`` is the ``Inference-Header-Content-Length`` value.
 
     Encoded images are tiled as /detect's when the request's ``parameters`` say so (``tiling``,
-    ``tile_overlap``: the same values and defaults)."""
+    ``tile_overlap``: the same values and defaults; `infer_decoded`)."""
     max_images = settings.max_images_per_request
     model, manifest = run.model, run.model.manifest
     json_length = header_length(json_header, len(body))
@@ -68,17 +68,26 @@ async def run_inference(
         nbytes=json_size,
         memory=JSON_BYTES_PER_BYTE * json_size,
     )
-    tiling = _tiling(settings, model.name, decoded.parameters, encoded=decoded.images is None)
+    batched = await infer_decoded(run, decoded, settings)
+    return await run.compute(
+        encode_response, model.name, model.version, decoded.request_id, batched, decoded.outputs
+    )
+
+
+async def infer_decoded(
+    run: PipelineRequest, decoded: DecodedRequest, settings: Settings
+) -> dict[str, np.ndarray]:
+    """Run a checked request's images through the pipeline: each output with the batch dimension first.
+
+    Encoded images are tiled as /detect's when the request's ``parameters`` say so."""
+    tiling = _tiling(settings, run.model.name, decoded.parameters, encoded=decoded.images is None)
     if decoded.images is not None:
         outputs = await run.infer_tensors(list(decoded.images))  # (H, W, 3) each
     else:
         encoded = decoded.encoded or []
         uploads = [ImageUpload(label=f"{BYTES_INPUT}[{i}]", data=data) for i, data in enumerate(encoded)]
         outputs = await run.infer_encoded(uploads, tiling)
-    batched = {name: np.stack([output[name] for output in outputs]) for name in outputs[0]}
-    return await run.compute(
-        encode_response, model.name, model.version, decoded.request_id, batched, decoded.outputs
-    )
+    return {name: np.stack([output[name] for output in outputs]) for name in outputs[0]}
 
 
 def _tiling(settings: Settings, model_name: str, parameters: dict[str, Any], *, encoded: bool) -> Tiling:

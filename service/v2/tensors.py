@@ -32,7 +32,7 @@ from service.v2.schemas import InferRequest, RequestInput
 from service.v2.signature import BYTES_INPUT, OUTPUT_DATATYPES
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
-_NUMPY = {"INT32": np.dtype("<i4"), "FP32": np.dtype("<f4")}
+NUMPY_DTYPES = {"INT32": np.dtype("<i4"), "FP32": np.dtype("<f4")}
 
 
 @dataclass
@@ -82,18 +82,27 @@ def decode_request(
         where = ".".join(str(part) for part in first["loc"]) or "body"
         raise BadRequest(f"invalid inference request: {where}: {first['msg']}", field=where) from None
     binary = view[json_length:] if json_length is not None else view[:0]
-    if len(request.inputs) != 1:
-        raise BadRequest(
-            f"send exactly one input ({spec.name!r} or {BYTES_INPUT!r}); got {len(request.inputs)}",
-            field="inputs",
-        )
-    tensor = request.inputs[0]
-    raw = _binary_part(tensor, binary)
+    raw = _binary_part(_one_input(request, spec), binary)
+    return decode_inference(request, raw, spec, outputs, max_images)
+
+
+def decode_inference(
+    request: InferRequest,
+    raw: memoryview | bytes | None,
+    spec: InputSpec,
+    outputs: tuple[str, ...],
+    max_images: int,
+) -> DecodedRequest:
+    """Check a parsed request's one input against the model (``spec``, contract ``outputs``): its values
+    are ``raw`` bytes (the binary format) when given, else the input's ``data``. Every protocol's
+    requests go through here (REST's JSON and binary bodies, gRPC's messages)."""
+    tensor = _one_input(request, spec)
+    view = None if raw is None else memoryview(raw)
     images = encoded = None
     if tensor.name == spec.name:
-        images = _image_tensor(tensor, raw, spec, max_images)
+        images = _image_tensor(tensor, view, spec, max_images)
     elif tensor.name == BYTES_INPUT:
-        encoded = _bytes_tensor(tensor, raw, max_images)
+        encoded = _bytes_tensor(tensor, view, max_images)
     else:
         raise BadRequest(
             f"unknown input {tensor.name!r}; this model takes {spec.name!r} (UINT8 [-1, {spec.height}, "
@@ -103,6 +112,15 @@ def decode_request(
     return DecodedRequest(
         request.id, images, encoded, _requested_outputs(request, outputs), request.parameters
     )
+
+
+def _one_input(request: InferRequest, spec: InputSpec) -> RequestInput:
+    if len(request.inputs) != 1:
+        raise BadRequest(
+            f"send exactly one input ({spec.name!r} or {BYTES_INPUT!r}); got {len(request.inputs)}",
+            field="inputs",
+        )
+    return request.inputs[0]
 
 
 def _binary_part(tensor: RequestInput, binary: memoryview) -> memoryview | None:
@@ -271,7 +289,7 @@ def encode_response(
     entries: list[dict[str, Any]] = []
     blobs: list[bytes] = []
     for name, binary in requested:
-        value = np.ascontiguousarray(outputs[name], dtype=_NUMPY[OUTPUT_DATATYPES[name]])
+        value = np.ascontiguousarray(outputs[name], dtype=NUMPY_DTYPES[OUTPUT_DATATYPES[name]])
         entry: dict[str, Any] = {"name": name, "datatype": OUTPUT_DATATYPES[name], "shape": list(value.shape)}
         if binary:
             data = value.tobytes()

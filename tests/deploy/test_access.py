@@ -102,8 +102,8 @@ def api_key_problems(settings: Any, spec: dict[str, Any], container: dict[str, A
 
 
 def network_policy_problems(policy: dict[str, Any], settings: Any, container: dict[str, Any]) -> list[str]:
-    """Every rule names its sources and ports: the API port from the ingress controller's namespace only,
-    the metrics port from Prometheus's namespace only."""
+    """Every rule names its sources and ports: the API ports (HTTP, gRPC) from the ingress controller's
+    namespace only, the metrics port from Prometheus's namespace only."""
     if "Ingress" not in policy["spec"].get("policyTypes", []):
         return ["the NetworkPolicy does not restrict ingress"]
     problems = []
@@ -124,6 +124,8 @@ def network_policy_problems(policy: dict[str, Any], settings: Any, container: di
                 problems.append(f"ingress rule {number} admits a port range")
             admitted.setdefault(container_port(container, port.get("port", "")), set()).update(sources)
     expected = {settings.port: {INGRESS_NAMESPACE}, settings.metrics_port: {MONITORING_NAMESPACE}}
+    if settings.grpc_port is not None:  # the API over gRPC: from where the API is reached
+        expected[settings.grpc_port] = {INGRESS_NAMESPACE}
     if admitted != expected:
         problems.append(f"the NetworkPolicy admits {admitted}, expected {expected} ({{port: namespaces}})")
     return problems
@@ -135,6 +137,33 @@ def test_metrics_have_their_own_port_everywhere(rendered, load_settings, kustomi
     objects = rendered[kustomization]
     settings, _, container = _server(objects, load_settings)
     assert metrics_port_problems(objects, settings, container) == []
+
+
+def grpc_port_problems(objects: list[dict[str, Any]], settings: Any, container: dict[str, Any]) -> list[str]:
+    """DETECT_GRPC_PORT, the container port ``grpc`` and the Service port ``grpc`` agree."""
+    grpc_port = settings.grpc_port
+    if grpc_port is None or grpc_port in (settings.port, settings.metrics_port):
+        return [f"DETECT_GRPC_PORT={grpc_port}: gRPC must have a port of its own"]
+    problems = []
+    if container_port(container, "grpc") != grpc_port:
+        problems.append(f"container port 'grpc' is not DETECT_GRPC_PORT={grpc_port}")
+    targets = service_port_targets(one(objects, "Service"), container)
+    if targets.get("grpc") != grpc_port:
+        problems.append(f"Service port 'grpc' forwards to {targets.get('grpc')}, not {grpc_port}")
+    return problems
+
+
+@pytest.mark.parametrize("kustomization", SERVING_KUSTOMIZATIONS)
+def test_grpc_has_its_own_port_everywhere(rendered, load_settings, kustomization):
+    objects = rendered[kustomization]
+    settings, _, container = _server(objects, load_settings)
+    assert grpc_port_problems(objects, settings, container) == []
+    broken = copy.deepcopy(objects)
+    service = one(broken, "Service")
+    service["spec"]["ports"] = [p for p in service["spec"]["ports"] if p["name"] != "grpc"]
+    assert grpc_port_problems(broken, settings, container) == [
+        f"Service port 'grpc' forwards to None, not {settings.grpc_port}"
+    ]
 
 
 @pytest.mark.parametrize("kustomization", SERVING_KUSTOMIZATIONS)

@@ -59,6 +59,7 @@ def test_ports_agree_with_the_settings(rendered, load_settings, kustomization):
     container = pod_spec(one(objects, "Deployment"))["containers"][0]
     ports = {port["name"]: port["containerPort"] for port in container["ports"]}
     assert ports["http"] == settings.port
+    assert ports["grpc"] == settings.grpc_port
     for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
         assert container[probe]["httpGet"]["port"] in ("http", settings.port)
     service = one(objects, "Service")
@@ -69,8 +70,8 @@ def test_ports_agree_with_the_settings(rendered, load_settings, kustomization):
     allowed = {
         container_port(container, p["port"]) for rule in policy["spec"]["ingress"] for p in rule["ports"]
     }
-    assert allowed == {settings.port, settings.metrics_port}, (
-        f"ingress: the API and metrics ports, not {allowed}"
+    assert allowed == {settings.port, settings.grpc_port, settings.metrics_port}, (
+        f"ingress: the API (HTTP and gRPC) and metrics ports, not {allowed}"
     )
 
 

@@ -144,7 +144,10 @@ def test_settings_port_probes_and_model_path_agree_with_the_server(
     assert settings.host == "0.0.0.0"
     assert settings.model_repository.as_posix() == KSERVE_MODEL_MOUNT
     assert not settings.repository_api  # KServe rolls out models as revisions; no live admin endpoints
+    # KServe routes one port per container (HTTP here); gRPC listens on a port of its own, which an
+    # InferenceService picks by naming it h2c (servingruntime.yaml).
     assert [p["containerPort"] for p in container["ports"]] == [settings.port]
+    assert settings.grpc_port is not None and settings.grpc_port != settings.port
     ready, live = route_path(v2_models.server_ready), route_path(v2_models.server_live)
     assert container["livenessProbe"]["httpGet"]["path"] == live
     assert container["readinessProbe"]["httpGet"]["path"] == ready
