@@ -14,6 +14,7 @@ from typing import Any, TypeAlias
 
 import grpc
 from google.protobuf import json_format
+from opentelemetry.trace import Span
 
 from service.errors import BadRequest, ServiceError
 from service.grpc.proto import oip_pb2 as pb
@@ -21,6 +22,7 @@ from service.grpc.status import grpc_code, mapped
 from service.grpc.tensors import decode_grpc_request, encode_grpc_response
 from service.http.lifecycle import Lifecycle
 from service.pipeline.entry import DetectionPipeline
+from service.runtime import tracing
 from service.runtime.metrics import NO_MODEL, ServiceMetrics
 from service.runtime.model_control import ModelControl
 from service.runtime.model_runtime import LoadedModel, ModelRuntime
@@ -100,6 +102,8 @@ class InferenceServicer:
         started = time.monotonic()
         label = NO_MODEL
         code = grpc.StatusCode.OK
+        span = _request_span(context)
+        token = tracing.REQUEST_SPAN.set(span) if span is not None else None
         try:
             model = self._model(request.model_name, request.model_version)
             label = model.name
@@ -110,6 +114,9 @@ class InferenceServicer:
             raise
         finally:
             self.state.metrics.observe_grpc_request(label, code.name, time.monotonic() - started)
+            if token is not None:
+                tracing.REQUEST_SPAN.reset(token)
+                tracing.end_rpc_span(span, label, code.name, code.value[0])
 
     async def _infer(
         self, model: LoadedModel, request: pb.ModelInferRequest, started: float
@@ -191,3 +198,17 @@ METHODS: dict[str, tuple[type[Any], type[Any]]] = {
     "RepositoryModelLoad": (pb.RepositoryModelLoadRequest, pb.RepositoryModelLoadResponse),
     "RepositoryModelUnload": (pb.RepositoryModelUnloadRequest, pb.RepositoryModelUnloadResponse),
 }
+
+
+def _request_span(context: Context) -> Span | None:
+    """The call's trace span when tracing is on, continuing the ``traceparent`` of its metadata."""
+    traces = tracing.current()
+    if not traces.enabled:
+        return None
+    metadata = {key: value for key, value in context.invocation_metadata() if isinstance(value, str)}
+    attributes = {
+        "rpc.system": "grpc",
+        "rpc.service": "inference.GRPCInferenceService",
+        "rpc.method": "ModelInfer",
+    }
+    return traces.request_span("inference.GRPCInferenceService/ModelInfer", metadata, attributes)

@@ -124,6 +124,17 @@ def end_request_span(span: Span | None, status: int) -> None:
     span.end()
 
 
+def end_rpc_span(span: Span | None, model: str, code: str, number: int) -> None:
+    """End a gRPC call's span with its status (``OK`` or the error's code name)."""
+    if span is None:
+        return
+    span.set_attribute("detect.model", model)
+    span.set_attribute("rpc.grpc.status_code", number)
+    if code != "OK":
+        span.set_status(Status(StatusCode.ERROR, code))
+    span.end()
+
+
 _current = Tracing()
 
 

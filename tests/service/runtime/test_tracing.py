@@ -12,12 +12,14 @@ from typing import Any, ClassVar
 import httpx
 import pytest
 from detect_testkit import MakeClient
+from grpc_testkit import GrpcServer
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace import Tracer as SdkTracer
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from service_testkit import Server, encode, solid_image
+from service_testkit import encode, solid_image
+from tritonclient import grpc as triton_grpc
 
 from service.runtime import tracing
 
@@ -147,6 +149,7 @@ class _Collector(BaseHTTPRequestHandler):
 
 @pytest.mark.slow
 def test_a_live_server_exports_over_otlp_http_to_a_collector(toy_repo: Path) -> None:
+    """One /detect request and one gRPC ModelInfer call, each with its own traceparent."""
     _Collector.received = []
     collector = ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
     threading.Thread(target=collector.serve_forever, daemon=True).start()
@@ -157,11 +160,9 @@ def test_a_live_server_exports_over_otlp_http_to_a_collector(toy_repo: Path) -> 
         "OTEL_SERVICE_NAME": "detect-under-test",
         "OTEL_BSP_SCHEDULE_DELAY": "100",  # ms between exports
     }
-    server = Server(toy_repo, env)
+    grpc_trace = "5" * 32
+    server = GrpcServer(toy_repo, env)
     try:
-        server.wait_until(
-            lambda: httpx.get(f"{server.url}/health/ready", timeout=5).status_code == 200, "ready"
-        )
         response = httpx.post(
             f"{server.url}/detect",
             content=encode(solid_image(120)),
@@ -169,15 +170,26 @@ def test_a_live_server_exports_over_otlp_http_to_a_collector(toy_repo: Path) -> 
             timeout=30,
         )
         assert response.status_code == 200
-        ours = lambda: [s for _, s in _Collector.received if s.trace_id.hex() == TRACE_ID]  # noqa: E731
-        server.wait_until(lambda: len(ours()) >= 1 + len(STAGES), "the request's spans at the collector")
+        images = triton_grpc.InferInput("images", [1, 64, 64, 3], "UINT8")
+        images.set_data_from_numpy(solid_image(60)[None])
+        server.client().infer("toy", [images], headers={"traceparent": f"00-{grpc_trace}-{PARENT_ID}-01"})
+
+        def spans_of(trace_id: str) -> list[Any]:
+            return [s for _, s in _Collector.received if s.trace_id.hex() == trace_id]
+
+        server.wait_until(
+            lambda: len(spans_of(TRACE_ID)) >= 1 + len(STAGES) and len(spans_of(grpc_trace)) >= 3,
+            "the requests' spans at the collector",
+        )
     finally:
         server.close()
         collector.shutdown()
         collector.server_close()
-    names = {s.name for s in ours()}
+    names = {s.name for s in spans_of(TRACE_ID)}
     assert {"POST /detect", *STAGES} <= names
-    (request,) = [s for s in ours() if s.name == "POST /detect"]
+    (request,) = [s for s in spans_of(TRACE_ID) if s.name == "POST /detect"]
     assert request.parent_span_id.hex() == PARENT_ID
     resource = next(r for r, s in _Collector.received if s.trace_id.hex() == TRACE_ID)
     assert {a.key: a.value.string_value for a in resource.attributes}["service.name"] == "detect-under-test"
+    grpc_names = {s.name for s in spans_of(grpc_trace)}
+    assert {"inference.GRPCInferenceService/ModelInfer", "read_body", "queue_wait", "inference"} <= grpc_names
