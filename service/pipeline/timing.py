@@ -50,7 +50,7 @@ class RequestStages:
             self._tracing.stage(self._span, "queue_wait", started - int(times.queue_wait * 1e9), started)
         if times.inference is not None:
             links = [times.batch_span] if times.batch_span is not None else []
-            ended = started + int(times.inference * 1e9)
+            ended = tracing.from_monotonic(times.batch_started + times.inference)
             self._tracing.stage(self._span, "inference", started, ended, links)
 
     def span(self, name: str, started: float, ended: float) -> None:
