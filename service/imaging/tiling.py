@@ -125,13 +125,19 @@ def check_overlap(overlap: float, *, field: str = "tile_overlap") -> float:
 
 def slice_grid(width: int, height: int, tile_width: int, tile_height: int, overlap: float) -> list[Tile]:
     """The tiles covering a ``width x height`` image, row by row (SAHI's ``get_slice_bboxes`` rule)."""
+    xs, ys = _grid_starts(width, height, tile_width, tile_height, overlap)
+    return [
+        Tile(x0, y0, min(x0 + tile_width, width), min(y0 + tile_height, height)) for y0 in ys for x0 in xs
+    ]
+
+
+def _grid_starts(
+    width: int, height: int, tile_width: int, tile_height: int, overlap: float
+) -> tuple[list[int], list[int]]:
+    """The tiles' start positions along x and along y (their product is the grid)."""
     step_x = tile_width - int(overlap * tile_width)
     step_y = tile_height - int(overlap * tile_height)
-    return [
-        Tile(x0, y0, min(x0 + tile_width, width), min(y0 + tile_height, height))
-        for y0 in _starts(height, tile_height, step_y)
-        for x0 in _starts(width, tile_width, step_x)
-    ]
+    return _starts(width, tile_width, step_x), _starts(height, tile_height, step_y)
 
 
 def _starts(length: int, tile: int, step: int) -> list[int]:
@@ -173,15 +179,16 @@ def plan_tiles(
     extra = 1 if tiling.full_image else 0
     if tiling.mode == "fixed":
         assert tiling.tile_size is not None, "fixed tiling has a tile size"
-        tiles = slice_grid(width, height, *tiling.tile_size, tiling.overlap)
-        if len(tiles) + extra > max_inputs:
+        xs, ys = _grid_starts(width, height, *tiling.tile_size, tiling.overlap)
+        count = len(xs) * len(ys)  # counted before any tile is made: a refusal costs nothing
+        if count + extra > max_inputs:
             raise PayloadTooLarge(
                 f"{field}: tiles of {tiling.tile_size[0]}x{tiling.tile_size[1]} cut the {width}x{height} "
-                f"image into {len(tiles)} tiles (+{extra} whole image); at most {max_inputs} network inputs "
+                f"image into {count} tiles (+{extra} whole image); at most {max_inputs} network inputs "
                 "fit this request (max_images_per_request): send larger tiles, or tiling=auto",
                 field=field,
             )
-        return tiles
+        return slice_grid(width, height, *tiling.tile_size, tiling.overlap)
     return _auto_tiles(width, height, network, tiling.overlap, max_inputs - extra, field)
 
 

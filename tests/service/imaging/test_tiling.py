@@ -7,6 +7,7 @@ import pytest
 from sahi.slicing import get_slice_bboxes
 
 from service.errors import BadRequest, PayloadTooLarge
+from service.imaging import tiling
 from service.imaging.tiling import (
     MAX_TILE_SIDE,
     Tiling,
@@ -100,3 +101,14 @@ def test_fixed_tiles_over_the_limit_are_refused_before_any_work() -> None:
 def test_a_strip_is_too_thin_to_tile(size: tuple[int, int]) -> None:
     with pytest.raises(BadRequest, match="cannot be tiled: both sides must be at least 32"):
         plan_tiles(size, (256, 256), Tiling(mode="auto"), 64, field="t")
+
+
+def test_a_huge_grid_is_refused_from_its_count_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 620,944 tiles of 32 px at 75% overlap on a 40 Mpx image: counted per axis, never built.
+    def refuse(*args: object) -> None:
+        raise AssertionError("the grid was built before the refusal")
+
+    monkeypatch.setattr(tiling, "slice_grid", refuse)
+    huge = Tiling(mode="fixed", tile_size=(32, 32), overlap=0.75)
+    with pytest.raises(PayloadTooLarge, match="into 620944 tiles"):
+        plan_tiles((6324, 6324), (256, 256), huge, 16, field="tiling")
