@@ -10,6 +10,7 @@ from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from service_testkit import TOY_LABELS, add_toy_model, encode, solid_image
+from v2_testkit import bytes_request, infer
 
 from contract.manifest import Manifest
 from contract.quality import MAX_CLASS_LABELS, OTHER_CLASS, QualityCounts, class_names
@@ -94,3 +95,13 @@ def test_counts_restart_when_a_version_with_other_classes_loads() -> None:
     assert registry.get_sample_value("detect_quality_images_total", {"model": "m"}) == 1
     quality.track("m", manifest.model_copy(update={"display_score_threshold": 0.99}))
     assert registry.get_sample_value("detect_quality_images_total", {"model": "m"}) == 0
+
+
+def test_open_inference_protocol_encoded_images_are_counted(client: TestClient) -> None:
+    request, packed = bytes_request([encode(solid_image(200)), encode(solid_image(10, 32, 48))])
+    assert infer(client, "toy", request, packed).status_code == 200
+    values = samples(client.get("/metrics").text)
+    toy = (("model", "toy"),)
+    assert values[("detect_quality_images_total", toy)] == 2
+    assert values[("detect_quality_no_detection_images_total", toy)] == 1
+    assert values[("detect_quality_detections_per_image_sum", (("class", "dog"), *toy))] == 1
