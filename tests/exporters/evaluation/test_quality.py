@@ -15,6 +15,7 @@ from contract.manifest import Manifest
 from contract.quality import QualityCounts, class_names
 from exporters.cli import main
 from exporters.evaluation.quality import ServedDetections
+from exporters.evaluation.reports import record_display_threshold
 from training.data.synthetic import generate_dataset
 
 SSD300 = PROJECT / "models" / "ssd300-synth" / "1"
@@ -74,3 +75,14 @@ def test_eval_write_records_the_quality_baseline(small_val: Path, tmp_path: Path
     fields = json.loads((artifact / "manifest.json").read_text())
     old = json.loads((SSD300 / "manifest.json").read_text())
     assert {k for k in fields if fields[k] != old.get(k)} == {"accuracy", "quality"}
+
+
+def test_a_new_display_threshold_drops_a_baseline_counted_at_the_old_one(tmp_path: Path) -> None:
+    (tmp_path / "manifest.json").write_text((SSD300 / "manifest.json").read_text())
+    manifest = Manifest.read(tmp_path)
+    counts = QualityCounts(class_names(tuple(label.name for label in manifest.labels)), 0.5)
+    with_quality = manifest.model_copy(update={"quality": counts.baseline("synth", "val", "cpu")})
+    record_display_threshold(with_quality, tmp_path, {"threshold": 0.5})
+    assert Manifest.read(tmp_path).quality == with_quality.quality  # same threshold: kept
+    record_display_threshold(with_quality, tmp_path, {"threshold": 0.6})
+    assert Manifest.read(tmp_path).quality is None  # counted at another threshold: dropped
