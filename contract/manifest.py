@@ -24,6 +24,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from contract.quality import QualityBaseline
+
 MANIFEST_FILE = "manifest.json"
 SCHEMA_VERSION = 1
 
@@ -127,6 +129,9 @@ class Manifest(_Strict):
     # Reduced-precision variants: the fp32 artifact they come from. Every artifact: its measured AP.
     parent: Parent | None = None
     accuracy: Accuracy | None = None
+    # What the artifact outputs on its validation split (`contract.quality`): the baseline the service's
+    # detect_quality_* metrics are compared with. None: not measured (older manifests).
+    quality: QualityBaseline | None = None
 
     @model_validator(mode="after")
     def _check_outputs(self) -> Manifest:

@@ -306,7 +306,11 @@ def _add_eval_parser(sub: Any) -> None:
     ev.add_argument("--max-images", type=int, help="evaluate only the first N images (by id)")
     ev.add_argument("--backend", default="auto", help="DETECT_BACKEND to run it on")
     ev.add_argument("--dataset-description", help="how the data was made, recorded in the manifest")
-    ev.add_argument("--write", action="store_true", help="record the result as the manifest's accuracy")
+    ev.add_argument(
+        "--write",
+        action="store_true",
+        help="record the result as the manifest's accuracy, and its quality baseline",
+    )
 
 
 def _run_eval(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from contract.manifest import MANIFEST_FILE, Manifest
+from contract.quality import QualityBaseline
 from exporters.evaluation.coco_ap import APComparison
 
 # {raw output name: {"max_abs_error", "max_rel_error"}}
@@ -185,8 +186,14 @@ def record_fp16(manifest: Manifest, directory: Path, report: Fp16Report) -> None
     write_manifest(manifest.model_copy(update={"verification": verification}), directory)
 
 
-def record_display_threshold(manifest: Manifest, directory: Path, display: dict[str, Any]) -> None:
-    """``display_score_threshold`` := the chosen threshold, its details in ``metrics.display_threshold``."""
+def record_display_threshold(
+    manifest: Manifest, directory: Path, display: dict[str, Any], quality: QualityBaseline | None = None
+) -> None:
+    """``display_score_threshold`` := the chosen threshold, its details in ``metrics.display_threshold``;
+    ``quality``: the baseline counted at that threshold (else the one counted at the old one is kept only
+    when the threshold is unchanged)."""
     metrics = {**manifest.metrics, "display_threshold": display}
-    update = {"display_score_threshold": display["threshold"], "metrics": metrics}
+    if quality is None and manifest.quality is not None:
+        quality = manifest.quality if manifest.quality.display_threshold == display["threshold"] else None
+    update = {"display_score_threshold": display["threshold"], "metrics": metrics, "quality": quality}
     write_manifest(manifest.model_copy(update=update), directory)

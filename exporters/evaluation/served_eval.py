@@ -19,6 +19,7 @@ from contract.geometry import BoxTransform, resize_for_network
 from contract.manifest import Manifest
 from exporters.evaluation.coco_ap import Batch, EvalImage, evaluate
 from exporters.evaluation.compare import Detections
+from exporters.evaluation.quality import ServedDetections
 from service.served import decode_image, load_backend
 from training.checkpoint import sha256_file as file_sha256
 
@@ -107,7 +108,9 @@ def served_metrics(
     manifest: Manifest | None = None,
     runtime: Runner | None = None,
 ) -> dict[str, Any]:
-    """``{"bbox": 12 COCO metrics, "segm": ... (mask models), "images", "annotations_sha256", "runtime"}``.
+    """``{"bbox": 12 COCO metrics, "segm": ... (mask models), "images", "annotations_sha256", "runtime",
+    "detections"}``; ``"detections"`` (`ServedDetections`) holds every image's served detections, from which
+    the manifest's ``quality`` baseline is counted.
 
     The split's images in id order (the first ``max_images``), or exactly ``image_ids``; ``per_image`` adds
     ``"per_image_box_ap"``, each image's own box AP by image id. ``manifest`` overrides the folder's;
@@ -140,6 +143,11 @@ def served_metrics(
     metrics["display_threshold"] = served_display_threshold(evaluator, data, split)
     if per_image:
         metrics["per_image_box_ap"] = evaluator.per_image_ap("bbox")
+    sizes = {i: (int(coco_gt.imgs[i]["width"]), int(coco_gt.imgs[i]["height"])) for i in ids}
+    labels = tuple(label.name for label in manifest.labels)
+    metrics["detections"] = ServedDetections.from_results(
+        evaluator.results, sizes, category_ids, labels, (data, split, description)
+    )
     metrics |= {
         "images": len(ids),
         "split": split,

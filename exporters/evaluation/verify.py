@@ -351,5 +351,6 @@ def artifact_display_threshold(
         )
     display["coco_ap"] = measured["bbox"]["AP"]
     if write:
-        record_display_threshold(manifest, artifact_dir, display)
+        quality = measured["detections"].quality(display["threshold"])
+        record_display_threshold(manifest, artifact_dir, display, quality)
     return display

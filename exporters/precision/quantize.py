@@ -225,7 +225,8 @@ def record_accuracy(
         measured_at=utc_now(),
     )
     if write:
-        manifest.model_copy(update={"accuracy": accuracy}).write(artifact)
+        quality = metrics["detections"].quality(manifest.default_threshold)
+        manifest.model_copy(update={"accuracy": accuracy, "quality": quality}).write(artifact)
     return accuracy
 
 
@@ -327,6 +328,8 @@ def quantize_artifact(request: QuantizeRequest) -> Manifest:
                 "metrics": {"display_threshold": display} if display else {},
             }
         )
+        quality = variant_metrics["detections"].quality(manifest.default_threshold)
+        manifest = manifest.model_copy(update={"quality": quality})
         with staged_directory(request.output, force=request.force) as staging:
             for path in variant_dir.iterdir():  # the model file (and an IR's weights)
                 if path.name != "manifest.json":

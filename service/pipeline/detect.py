@@ -254,12 +254,24 @@ def postprocess(
             view, output = item.views[0], own[0]
             detections = select_detections(output, view, model.manifest, params)
             masks = output[MASK_OUTPUT][detections.rows] if MASK_OUTPUT in output else None
+            _observe_quality(model, output, item.size)
         else:
             detections, masks = _merge_views(model, item, own, params, merge or MergeRule())
+            model.metrics.image_detections(detections.scores, detections.classes, *item.size)
         stages.stage("postprocess", time.perf_counter() - started)
         width, height = item.size
         outcomes.append(ImageOutcome(item.upload, width, height, detections, masks, item.image, item.tiles))
     return outcomes
+
+
+def _observe_quality(model: LoadedModel, output: Outputs, size: tuple[int, int]) -> None:
+    """The image's valid output rows into the quality metrics, before the request's own filters (a tiled
+    image's merged detections are counted instead: they exist only after its request's filters)."""
+    k = output["detection_scores"].shape[0]
+    count = int(np.clip(np.asarray(output["num_detections"]).reshape(-1)[0], 0, k))
+    model.metrics.image_detections(
+        output["detection_scores"][:count], output["detection_classes"][:count], *size
+    )
 
 
 def _merge_views(
@@ -291,9 +303,11 @@ def contract_outputs(
         if item.tiles is None:
             boxes = item.views[0].boxes_to_original(own[0]["detection_boxes"])
             results.append({**own[0], "detection_boxes": boxes})
+            _observe_quality(model, own[0], item.size)
             continue
         params = DetectParams(score_threshold=model.manifest.score_threshold)
         detections, masks = _merge_views(model, item, own, params, merge)
+        model.metrics.image_detections(detections.scores, detections.classes, *item.size)
         k = own[0]["detection_scores"].shape[0]
         n = min(len(detections), k)
         merged: Outputs = {

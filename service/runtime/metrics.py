@@ -7,6 +7,9 @@ batch size is ``rate(detect_batch_size_sum) / rate(detect_batch_size_count)``; w
 counter by ``reason`` (full | delay | deadline | drain | idle). ``detect_model_info`` labels each loaded
 model version with its runtime and the inference precision in effect.
 
+The detect_quality_* metrics (what each model outputs, beside its manifest's validation baseline) are
+described in `service.runtime.quality_metrics`.
+
 For operating the service (k8s/monitoring, docs/operations.md): ``detect_ready`` is what ``/health/ready``
 answers (1 or 0, computed at each scrape); the process collector's ``process_resident_memory_bytes`` is the
 RSS, and ``detect_memory_bound_bytes`` the peak RSS it should stay under (docs/hardening.md, "The memory
@@ -32,9 +35,14 @@ from prometheus_client import (
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from service.runtime.batcher import CLOSE_REASONS
+from service.runtime.quality_metrics import QualityMetrics
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    import numpy as np
+
+    from contract.manifest import Manifest
 
 # Seconds: from sub-millisecond image work to multi-second CPU batches.
 STAGE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -74,6 +82,10 @@ class ModelMetrics:
 
     def model_load_failed(self) -> None:
         self._parent.model_load_failures.labels(model=self.model).inc()
+
+    def image_detections(self, scores: np.ndarray, classes: np.ndarray, width: int, height: int) -> None:
+        """One image's detections (any threshold) into the detect_quality_* metrics."""
+        self._parent.quality.observe(self.model, scores, classes, width, height)
 
 
 class ServiceMetrics:
@@ -163,6 +175,9 @@ class ServiceMetrics:
         )
         self._memory_baseline = 0
         self._memory_budgets = 0
+        # What the models output, beside their manifests' baselines (service/runtime/quality_metrics.py).
+        self.quality = QualityMetrics()
+        r.register(self.quality)
 
     def track_readiness(self, ready: Callable[[], bool]) -> None:
         """Make ``detect_ready`` answer ``ready()`` at each scrape."""
@@ -182,8 +197,11 @@ class ServiceMetrics:
         """Record which runtime and inference precision serve ``model``/``version`` (an info gauge)."""
         self.model_info.labels(model=model, version=version, backend=backend, precision=precision).set(1)
 
-    def for_model(self, model: str) -> ModelMetrics:
-        """Metrics of one model, with its label series created up front so rates start at zero."""
+    def for_model(self, model: str, manifest: Manifest | None = None) -> ModelMetrics:
+        """Metrics of one model, with its label series created up front so rates start at zero; with
+        ``manifest``, its quality metrics count with that version's classes and baseline."""
+        if manifest is not None:
+            self.quality.track(model, manifest)
         for stage in STAGES:
             self.stages[stage].labels(model=model)
         self.request_seconds.labels(model=model)

@@ -202,7 +202,7 @@ class ModelRuntime:
             batching = BatchingConfig(
                 entry.manifest.max_batch_size, batching.max_queue_delay_s, batching.max_queue_size
             )
-        return LoadedModel(entry, batching, self._metrics.for_model(entry.name))
+        return LoadedModel(entry, batching, self._metrics.for_model(entry.name, entry.manifest))
 
     def publish(self, model: LoadedModel) -> None:
         """Export ``model``'s readiness; evaluated at every scrape, so a batcher that dies shows at once."""

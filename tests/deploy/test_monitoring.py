@@ -13,12 +13,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import yaml
 from deploy_testkit import K8S, ROOT
 from prometheus_client.parser import text_string_to_metric_families
 from service_testkit import add_toy_model, encode, make_settings, solid_image, start_client
 
+from contract.manifest import Manifest
+from contract.quality import QualityCounts, class_names
 from service.app import create_app
 
 MONITORING = K8S / "monitoring"
@@ -135,7 +138,13 @@ def test_rules_pass_promtool_check():
 def served_names(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
     """Every sample name of a live server's /metrics, after one request (so histograms have samples)."""
     repo = tmp_path_factory.mktemp("monitoring_repo")
-    add_toy_model(repo, "toy")
+    version_dir = add_toy_model(repo, "toy")
+    manifest = Manifest.read(version_dir)  # with a quality baseline, as `detect-export eval --write` records
+    counts = QualityCounts(
+        class_names(tuple(label.name for label in manifest.labels)), manifest.default_threshold
+    )
+    counts.add_image(np.array([0.9]), np.array([0]), 64, 64)
+    manifest.model_copy(update={"quality": counts.baseline("synth", "val", "cpu")}).write(version_dir)
     client = start_client(create_app(make_settings(repo)))
     try:
         png = encode(solid_image(200))

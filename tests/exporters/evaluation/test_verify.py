@@ -68,6 +68,8 @@ def test_display_threshold_from_the_artifact_alone(
     chosen = manifest.metrics["display_threshold"]
     assert manifest.display_score_threshold == chosen["threshold"]
     assert chosen["method"] == "F1-optimal, IoU 0.5, classes pooled" and chosen["dataset"].endswith("(val)")
+    # the quality baseline is counted again at the new threshold
+    assert manifest.quality is not None and manifest.quality.display_threshold == chosen["threshold"]
     assert capsys.readouterr().out.startswith(f"display_score_threshold {chosen['threshold']:.4f}: F1 ")
 
 

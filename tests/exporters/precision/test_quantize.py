@@ -113,6 +113,9 @@ def test_int8_variant_passes_the_gate_and_records_its_provenance(small_val: Path
     assert accuracy.runtime.startswith("openvino[") and accuracy.runtime.endswith(",CPU,bf16]")  # as served
     assert accuracy.parent_box_ap is not None and accuracy.parent_box_ap > 0.2
     assert accuracy.box_ap_delta == pytest.approx(accuracy.box_ap - accuracy.parent_box_ap)
+    # the quality baseline is counted at the variant's own display threshold, on the gate's images
+    assert manifest.quality is not None and manifest.quality.images == VAL_IMAGES
+    assert manifest.quality.display_threshold == manifest.default_threshold
     model = load_checked(output / manifest.file)  # the checker with strict shape and type inference
     ops = [node.op_type for node in model.graph.node]
     assert ops.count("QuantizeLinear") >= 20 and "NonMaxSuppression" in ops
