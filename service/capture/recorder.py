@@ -15,6 +15,7 @@ import logging
 import queue
 import random
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -57,8 +58,14 @@ class ModelIdentity:
 
 @dataclass(frozen=True)
 class _Job:
-    data: bytes | bytearray | memoryview
-    record: CaptureRecord
+    """One image to write; its record is built by the writer, off the request path."""
+
+    data: bytes | bytearray
+    reason: str
+    model: ModelIdentity
+    prediction: Prediction
+    name: str
+    captured_at: float  # time.time()
 
 
 class CaptureMetrics:
@@ -203,7 +210,7 @@ class SampleCapture:
             self.metrics.dropped.labels(why="rate").inc()
             return False
         try:
-            self._queue.put_nowait(_Job(data, _record(store.next_name(), data, reason, model, prediction)))
+            self._queue.put_nowait(_Job(data, reason, model, prediction, store.next_name(), time.time()))
         except queue.Full:
             self.metrics.dropped.labels(why="queue_full").inc()
             return False
@@ -229,8 +236,8 @@ class SampleCapture:
                 return
             try:
                 if self.on:
-                    store.write(job.data, job.record)
-                    self.metrics.captured.labels(reason=job.record.reason).inc()
+                    store.write(job.data, _record(job))
+                    self.metrics.captured.labels(reason=job.reason).inc()
                     self.metrics.bytes.set(store.used_bytes)
                     dirty = True
                 else:
@@ -241,7 +248,7 @@ class SampleCapture:
                 self.metrics.dropped.labels(why="failed").inc()
                 self._fail(f"writing to {store.root} failed: {exc}")
             except Exception:  # a bug must not stop the writer (the queue would fill for good)
-                log.exception("capture: writing %s failed", job.record.file_name)
+                log.exception("capture: writing %s failed", job.name)
                 self.metrics.dropped.labels(why="failed").inc()
             finally:
                 self._release(len(job.data))
@@ -286,35 +293,33 @@ class Candidates:
                 self._kept[i] = None
 
 
-def _record(
-    name: str, data: bytes | bytearray, reason: str, model: ModelIdentity, prediction: Prediction
-) -> CaptureRecord:
-    labels = model.labels
+def _record(job: _Job) -> CaptureRecord:
+    """The record of ``job``: its predictions as COCO boxes ``[x, y, w, h]`` in original pixels."""
+    labels, prediction = job.model.labels, job.prediction
     by_coco_id = all(label.coco_id is not None for label in labels)
     ids = [
         label.coco_id if by_coco_id and label.coco_id is not None else i + 1 for i, label in enumerate(labels)
     ]
-    predictions = []
-    for box, score, cls in zip(
+    rows = zip(
         prediction.boxes.tolist(), prediction.scores.tolist(), prediction.classes.tolist(), strict=True
-    ):
-        x1, y1, x2, y2 = box
-        predictions.append(
-            {
-                "category_id": ids[cls],
-                "bbox": [round(x1, 2), round(y1, 2), round(x2 - x1, 2), round(y2 - y1, 2)],
-                "score": round(score, 5),
-            }
-        )
+    )
+    predictions = [
+        {
+            "category_id": ids[cls],
+            "bbox": [round(x1, 2), round(y1, 2), round(x2 - x1, 2), round(y2 - y1, 2)],
+            "score": round(score, 5),
+        }
+        for (x1, y1, x2, y2), score, cls in rows
+    ]
     return CaptureRecord(
-        name=name,
-        file_name=name + image_suffix(data),
+        name=job.name,
+        file_name=job.name + image_suffix(job.data),
         width=prediction.width,
         height=prediction.height,
-        model=model.name,
-        version=model.version,
-        reason=reason,
-        captured_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
+        model=job.model.name,
+        version=job.model.version,
+        reason=job.reason,
+        captured_at=datetime.fromtimestamp(job.captured_at, UTC).isoformat(timespec="milliseconds"),
         predictions=predictions,
         categories=[{"id": i, "name": label.name} for i, label in zip(ids, labels, strict=True)],
     )
