@@ -1,5 +1,7 @@
 """What sample capture costs a request: the same requests with capture off and on (random share 1.0, so
-every image is captured and written), in interleaved rounds on one shipped model, in one process.
+every image is captured and written), in interleaved rounds on one shipped model, in one process;
+and "decide-only" (every image chosen, then all but one dropped by the rate limit), which separates the
+request path's own work from the writer thread's (which shares the CPU with inference).
 
 Two figures per configuration: the median end-to-end latency of ``POST /detect`` (sequential requests
 through the ASGI app, so the server's own work is all that is timed), and the time of capture's own work
@@ -73,11 +75,13 @@ def run_round(config: str, args: argparse.Namespace, timer: _Timed) -> tuple[flo
     with tempfile.TemporaryDirectory() as repo, tempfile.TemporaryDirectory() as out:
         (Path(repo) / args.model).symlink_to((REPO / "models" / args.model).resolve())
         overrides: dict[str, Any] = {}
-        if config == "on":
+        if config != "off":
             overrides = {
                 "capture_dir": Path(out),
                 "capture_random_share": 1.0,
-                "capture_max_per_minute": 1_000_000,
+                # "decide-only": every image is chosen, the rate limit drops all but the first: the
+                # request path's work without the writer's.
+                "capture_max_per_minute": 1_000_000 if config == "on" else 1,
                 "capture_queue": 1024,
             }
         settings = Settings(
@@ -112,9 +116,9 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=60)
     args = parser.parse_args()
     timer = _Timed()
-    results: dict[str, list[tuple[float, float, int]]] = {"off": [], "on": []}
+    results: dict[str, list[tuple[float, float, int]]] = {"off": [], "decide-only": [], "on": []}
     for _ in range(args.rounds):
-        for config in ("off", "on"):
+        for config in results:
             results[config].append(run_round(config, args, timer))
     print(f"model {args.model}, {args.rounds} rounds x {args.requests} sequential requests, median of rounds")
     print(
