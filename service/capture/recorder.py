@@ -10,6 +10,7 @@ for the life of the process, with the reason logged, in ``GET /v1/captures`` and
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import queue
@@ -125,6 +126,7 @@ class SampleCapture:
         self._lock = threading.Lock()
         self._random = random.Random()
         self._thread: threading.Thread | None = None
+        self._dropped: collections.Counter[str] = collections.Counter()
         self.metrics.set_state("off")
 
     # ------------------------------------------------------------------ lifecycle
@@ -148,8 +150,16 @@ class SampleCapture:
         """Write what is queued, then stop the writer."""
         if self._thread is None:
             return
-        self._queue.put(None)  # blocks only if full, and the writer is emptying it
-        self._thread.join(timeout)
+        try:
+            self._queue.put(None, timeout=timeout)
+        except queue.Full:  # the disk does not answer: give up on what is queued (it was never visible)
+            log.error(
+                "capture: the writer did not empty its queue in %.0f s; %d images not written",
+                timeout,
+                self._queue.qsize(),
+            )
+        else:
+            self._thread.join(timeout)
         self._thread = None
 
     @property
@@ -158,7 +168,7 @@ class SampleCapture:
 
     def summary(self) -> CaptureSummary:
         images, by_reason = self.store.counts() if self.store is not None else (0, {})
-        dropped = {why: int(self.metrics.dropped.labels(why=why)._value.get()) for why in DROP_REASONS}
+        dropped = {why: self._dropped[why] for why in DROP_REASONS}
         return CaptureSummary(
             state=self.state,
             reason=self.reason,
@@ -199,20 +209,20 @@ class SampleCapture:
         if reason is None or not self.on:
             return False
         if data is None:
-            self.metrics.dropped.labels(why="memory").inc()
+            self._drop("memory")
             return False
         store = self.store
         assert store is not None
         if store.used_bytes + len(data) > store.max_bytes:
-            self.metrics.dropped.labels(why="quota").inc()
+            self._drop("quota")
             return False
         if not self.rate.admit():
-            self.metrics.dropped.labels(why="rate").inc()
+            self._drop("rate")
             return False
         try:
             self._queue.put_nowait(_Job(data, reason, model, prediction, store.next_name(), time.time()))
         except queue.Full:
-            self.metrics.dropped.labels(why="queue_full").inc()
+            self._drop("queue_full")
             return False
         self.metrics.queue_depth.set(self._queue.qsize())
         return True
@@ -241,15 +251,15 @@ class SampleCapture:
                     self.metrics.bytes.set(store.used_bytes)
                     dirty = True
                 else:
-                    self.metrics.dropped.labels(why="failed").inc()
+                    self._drop("failed")
             except QuotaExceeded:
-                self.metrics.dropped.labels(why="quota").inc()
+                self._drop("quota")
             except OSError as exc:
-                self.metrics.dropped.labels(why="failed").inc()
+                self._drop("failed")
                 self._fail(f"writing to {store.root} failed: {exc}")
             except Exception:  # a bug must not stop the writer (the queue would fill for good)
                 log.exception("capture: writing %s failed", job.name)
-                self.metrics.dropped.labels(why="failed").inc()
+                self._drop("failed")
             finally:
                 self._release(len(job.data))
 
@@ -261,6 +271,10 @@ class SampleCapture:
         except OSError as exc:
             self._fail(f"writing {store.root} failed: {exc}")
         return True
+
+    def _drop(self, why: str) -> None:
+        self._dropped[why] += 1
+        self.metrics.dropped.labels(why=why).inc()
 
     def _fail(self, reason: str) -> None:
         if self.state != "failed":

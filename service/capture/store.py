@@ -126,7 +126,11 @@ class CaptureStore:
                 tmp.unlink()
         loaded: list[CaptureRecord] = []
         for path in sorted(records.glob("*.json")):
-            loaded.append(CaptureRecord.from_json(path.read_bytes()))
+            record = CaptureRecord.from_json(path.read_bytes())
+            if (images / record.file_name).exists():
+                loaded.append(record)
+            else:  # its image was removed by hand: the record goes too
+                path.unlink()
         named = {r.file_name for r in loaded}
         for image in images.iterdir():
             if image.name not in named:  # written, but the crash came before its record

@@ -146,3 +146,15 @@ def test_nothing_is_written_when_capture_dir_is_unset(
     assert client.get("/v1/captures").json()["state"] == "off"
     assert client.get("/v1/captures/archive").status_code == 404
     assert sample(client, "detect_capture_state", state="off") == 1
+
+
+def test_images_over_the_memory_budget_are_not_kept(
+    make_client: MakeClient, toy_repo: Path, tmp_path: Path
+) -> None:
+    client = make_client(toy_repo, capture_dir=tmp_path, capture_random_share=1.0, capture_memory_bytes=10)
+    for _ in range(2):
+        assert post_png(client, 255).status_code == 200
+    assert sample(client, "detect_capture_dropped_total", why="memory") == 2
+    summary = client.get("/v1/captures").json()
+    assert summary["dropped"]["memory"] == 2 and summary["images"] == 0
+    assert capture_of(client)._held == 0  # every reference given back
