@@ -76,8 +76,13 @@ def test_rate_limit_and_quota_bound_what_is_written(
         assert post_png(quota, 255).status_code == 200
     store = capture_of(quota).store
     assert store is not None
-    wait_until(lambda: sample(quota, "detect_capture_dropped_total", why="quota") > 0, what="a quota drop")
-    wait_until(lambda: capture_of(quota)._queue.qsize() == 0)
+
+    def settled() -> bool:  # every image written or dropped at the quota
+        written = sample(quota, "detect_captured_total", reason="random")
+        return written + sample(quota, "detect_capture_dropped_total", why="quota") == 8
+
+    wait_until(settled, what="every image written or dropped")
+    assert sample(quota, "detect_capture_dropped_total", why="quota") > 0
     assert 0 < store.used_bytes <= 2000
     on_disk = sum(
         p.stat().st_size for p in (tmp_path / "q").rglob("*") if p.is_file() and "annot" not in str(p)
@@ -88,18 +93,21 @@ def test_rate_limit_and_quota_bound_what_is_written(
 def test_a_full_queue_drops_with_a_counter_and_requests_stay_fast(
     make_client: MakeClient, toy_repo: Path, tmp_path: Path, monkeypatch: Any
 ) -> None:
-    gate = threading.Event()
+    gate, writing = threading.Event(), threading.Event()
     real_write = CaptureStore.write
 
     def slow_disk(self: CaptureStore, data: Any, record: Any) -> int:
+        writing.set()
         gate.wait(30)  # a disk that does not answer
         return real_write(self, data, record)
 
     monkeypatch.setattr(CaptureStore, "write", slow_disk)
     client = make_client(toy_repo, capture_dir=tmp_path, capture_random_share=1.0, capture_queue=2)
     try:
+        assert post_png(client, 255).status_code == 200
+        assert writing.wait(10), "the writer never took the first image"
         times = []
-        for _ in range(10):
+        for _ in range(9):
             started = time.perf_counter()
             assert post_png(client, 255).status_code == 200
             times.append(time.perf_counter() - started)
