@@ -9,6 +9,7 @@ and stops in the same lifespan. On shutdown the batchers drain.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -16,6 +17,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from fastapi import FastAPI
 
+from service.capture.recorder import SampleCapture
 from service.grpc.server import GrpcServer
 from service.grpc.servicer import ServingState
 from service.http.auth import ApiKeyMiddleware, load_api_keys
@@ -23,7 +25,7 @@ from service.http.error_responses import install_error_handlers
 from service.http.lifecycle import Lifecycle
 from service.http.middleware import DetectRequestMiddleware
 from service.http.openapi import install_openapi
-from service.http.routes import detect, health, metrics, models
+from service.http.routes import captures, detect, health, metrics, models
 from service.http.web import install_web
 from service.pipeline.entry import DetectionPipeline
 from service.runtime.admission import Resources
@@ -58,6 +60,7 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     lifecycle = Lifecycle(service_metrics)
     runtime = ModelRuntime(entries, settings, service_metrics, backend_factory or create_backend)
     control = ModelControl(runtime, settings)
+    capture = SampleCapture(settings, service_metrics.registry)
     service_metrics.track_readiness(lambda: runtime.ready and not lifecycle.draining)
     service_metrics.bound_memory(settings.body_memory_bytes + settings.image_memory_bytes)
 
@@ -66,8 +69,10 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
         executor = ThreadPoolExecutor(settings.worker_threads, thread_name_prefix="detect-worker")
         app.state.resources = Resources.from_settings(settings, executor)
         app.state.pipeline = DetectionPipeline(
-            app.state.resources, settings.request_timeout_ms / 1000, in_flight=lifecycle
+            app.state.resources, settings.request_timeout_ms / 1000, in_flight=lifecycle, capture=capture
         )
+        # A folder that cannot be written turns capture off; it never stops the service from starting.
+        await asyncio.to_thread(capture.start)
         metrics_server = (
             serve_metrics(service_metrics, settings.host, settings.metrics_port)
             if settings.metrics_port is not None
@@ -92,6 +97,7 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
             lifecycle.close()
             await control.stop()
             await runtime.stop(settings.drain_timeout_s)
+            await asyncio.to_thread(capture.stop)  # after the drain: what the last requests queued is written
             executor.shutdown(wait=True, cancel_futures=True)
             if metrics_server is not None:
                 metrics_server.shutdown()
@@ -112,12 +118,15 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     app.state.lifecycle = lifecycle
     app.state.runtime = runtime
     app.state.control = control
+    app.state.capture = capture
     install_error_handlers(app)
     app.add_middleware(DetectRequestMiddleware, lifecycle=lifecycle, metrics=service_metrics)
     if api_keys:  # added last, so it runs first: nothing else runs for a request without a key
         app.add_middleware(ApiKeyMiddleware, keys=api_keys)
     routers = (
-        (detect, models, health) if settings.metrics_port is not None else (detect, models, health, metrics)
+        (detect, models, captures, health)
+        if settings.metrics_port is not None
+        else (detect, models, captures, health, metrics)
     )
     for module in routers:
         app.include_router(module.router)

@@ -36,6 +36,12 @@ class ModelNotFound(ServiceError):
     status_code = 404
 
 
+class NotFound(ServiceError):
+    """The resource the path names does not exist (or its feature is off)."""
+
+    status_code = 404
+
+
 class NotAcceptable(ServiceError):
     """The client asked for a representation the endpoint cannot produce."""
 

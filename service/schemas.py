@@ -177,3 +177,16 @@ class ErrorBody(BaseModel):
     field: str | None = Field(
         default=None, description="the offending input, e.g. images[1] or score_threshold"
     )
+
+
+class CaptureSummary(BaseModel):
+    """What sample capture keeps (GET /v1/captures)."""
+
+    state: str = Field(description="off (capture_dir unset) | on | failed (the folder could not be written)")
+    reason: str | None = Field(default=None, description="why capture is not on")
+    images: int = Field(description="images kept")
+    bytes: int = Field(description="bytes the capture folder holds")
+    max_bytes: int = Field(description="the disk quota (capture_max_bytes)")
+    by_reason: dict[str, int] = Field(description="images kept per capture reason")
+    dropped: dict[str, int] = Field(description="images chosen but not written, per why, since start")
+    queued: int = Field(description="images waiting to be written")

@@ -169,10 +169,43 @@ class Settings(BaseSettings):
     # Run one inference per model before reporting ready (first runs allocate and compile kernels).
     warmup: bool = True
 
-    @field_validator("openvino_cache_dir", "grpc_port", mode="before")
+    # Sample capture (docs/capture.md): off while capture_dir is unset, and then no image is ever stored.
+    # Set, the images the model is unsure about (its top score inside capture_score_band, or fewer than
+    # capture_min_detections detections at or above the display threshold) and a random share of the rest
+    # are written there as a COCO dataset with the predictions as annotations. Bounded by a disk quota, a
+    # rate, a queue and a memory budget for the encoded images waiting to be written.
+    capture_dir: Path | None = None
+    capture_random_share: float = Field(default=0.0, ge=0, le=1)
+    # "LOW,HIGH": capture when the image's top score is within [LOW, HIGH]; "off": no band rule.
+    capture_score_band: str = Field(default="0.3,0.6", pattern=r"^(off|\s*[0-9.]+\s*,\s*[0-9.]+\s*)$")
+    # Capture when fewer detections than this score at or above the display threshold (0: no such rule).
+    capture_min_detections: int = Field(default=1, ge=0)
+    capture_max_bytes: int = Field(default=1024 * 1024 * 1024, gt=0)
+    capture_max_per_minute: int = Field(default=60, gt=0)
+    capture_queue: int = Field(default=16, gt=0)
+    capture_memory_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+
+    @field_validator("openvino_cache_dir", "grpc_port", "capture_dir", mode="before")
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
         return None if value == "" else value
+
+    @field_validator("capture_score_band")
+    @classmethod
+    def _ordered_band(cls, value: str) -> str:
+        if value != "off":
+            low, high = (float(v) for v in value.split(","))
+            if not 0 <= low <= high <= 1:
+                raise ValueError(f"capture_score_band {value!r}: need 0 <= LOW <= HIGH <= 1")
+        return value
+
+    @property
+    def capture_band(self) -> tuple[float, float] | None:
+        """`capture_score_band` as (low, high), or None when off."""
+        if self.capture_score_band == "off":
+            return None
+        low, high = (float(v) for v in self.capture_score_band.split(","))
+        return low, high
 
     def batching_for(self, model_name: str, artifact_max_batch_size: int) -> BatchingConfig:
         """Batching knobs for ``model_name``; the batch size never exceeds what the artifact accepts."""

@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import Depends, Query, Request
 
+from service.capture.recorder import SampleCapture
 from service.http.lifecycle import Lifecycle
 from service.http.uploads import BodyReader
 from service.pipeline.entry import DetectionPipeline
@@ -100,3 +101,11 @@ def get_control(request: Request) -> ModelControl:
 ModelDep = Annotated[LoadedModel, Depends(get_model)]
 LeasedModelDep = Annotated[LoadedModel, Depends(get_leased_model)]
 ControlDep = Annotated[ModelControl, Depends(get_control)]
+
+
+def get_capture(request: Request) -> SampleCapture:
+    capture: SampleCapture = request.app.state.capture
+    return capture
+
+
+CaptureDep = Annotated[SampleCapture, Depends(get_capture)]

@@ -22,17 +22,20 @@ from contextlib import (
     AbstractContextManager,
     AsyncExitStack,
     asynccontextmanager,
+    nullcontext,
 )
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, TypeVar
 
 import numpy as np
 
+from service.capture.recorder import Candidates, ModelIdentity, Prediction, SampleCapture
 from service.errors import BadRequest
 from service.imaging.postprocess import DetectParams
 from service.imaging.render import ImageFormat
 from service.imaging.tiling import Tiling
 from service.pipeline.detect import (
+    ImageOutcome,
     MaskFormat,
     Outputs,
     Prepared,
@@ -93,10 +96,17 @@ class BoxedImage:
 class DetectionPipeline:
     """Shared by every request: the budgets and worker threads, the request timeout, the in-flight count."""
 
-    def __init__(self, resources: Resources, request_timeout_s: float, in_flight: InFlight):
+    def __init__(
+        self,
+        resources: Resources,
+        request_timeout_s: float,
+        in_flight: InFlight,
+        capture: SampleCapture | None = None,
+    ):
         self.resources = resources
         self.request_timeout_s = request_timeout_s
         self.in_flight = in_flight
+        self.capture = capture
 
     @asynccontextmanager
     async def admit(
@@ -176,8 +186,13 @@ class PipelineRequest:
             )
         tiling = options.tiling
         async with AsyncExitStack() as originals:
-            prepared, outputs = await self._run(images, originals if fmt != "json" else None, tiling)
-            outcomes = postprocess(self.model, prepared, outputs, options.params, self.stages, tiling.merge)
+            with self._capture_candidates(images) as candidates:  # before decoding drops the bytes
+                prepared, outputs = await self._run(images, originals if fmt != "json" else None, tiling)
+                outcomes = postprocess(
+                    self.model, prepared, outputs, options.params, self.stages, tiling.merge
+                )
+                if candidates is not None:
+                    self._offer_captures(candidates, outcomes)
             if fmt == "json":
                 return await json_results(
                     self.model, outcomes, self._resources, options.mask_format, self.stages
@@ -227,6 +242,23 @@ class PipelineRequest:
         result = await cancel_when_gone(self._gone, decode_and_infer())
         await self._inputs.aclose()  # every image is decoded: its encoded bytes are no longer needed
         return result
+
+    def _capture_candidates(self, images: list[ImageUpload]) -> AbstractContextManager[Candidates | None]:
+        """The images sample capture may keep (`service.capture`); nothing when it is off."""
+        capture = self._pipeline.capture
+        if capture is None or not capture.on:
+            return nullcontext(None)
+        return capture.candidates([image.data for image in images])
+
+    def _offer_captures(self, candidates: Candidates, outcomes: list[ImageOutcome]) -> None:
+        manifest = self.model.manifest
+        identity = ModelIdentity(
+            self.model.name, self.model.version, manifest.labels, manifest.default_threshold
+        )
+        for index, outcome in enumerate(outcomes):
+            found = outcome.detections
+            prediction = Prediction(outcome.width, outcome.height, found.boxes, found.scores, found.classes)
+            candidates.offer(index, identity, prediction)
 
     def _admit(self, images: int) -> None:
         """Admit the request's ``images`` against the queue, and count it in flight from here on."""
