@@ -303,10 +303,14 @@ def read_service_routes() -> ServiceRoutes:
 
 
 def read_metric_families() -> dict[str, str]:
-    """{metric family name: type} of every metric the service registers (`ServiceMetrics`)."""
+    """{metric family name: type} of every metric the service registers (`ServiceMetrics`, and the sample
+    capture's, which it adds to the same registry)."""
+    from service.capture.recorder import CaptureMetrics
     from service.runtime.metrics import ServiceMetrics
 
-    return {family.name: family.type for family in ServiceMetrics().registry.collect()}
+    metrics = ServiceMetrics()
+    CaptureMetrics(metrics.registry)
+    return {family.name: family.type for family in metrics.registry.collect()}
 
 
 def tool_path(name: str) -> str | None:
