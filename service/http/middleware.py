@@ -75,9 +75,9 @@ class DetectRequestMiddleware:
         finally:
             model = state.get("model", NO_MODEL)
             self.metrics.observe_request(model, status, time.monotonic() - started)
-            if token is not None:
+            if span is not None and token is not None:
                 tracing.REQUEST_SPAN.reset(token)
-                span.set_attribute("detect.model", model)  # type: ignore[union-attr]
+                span.set_attribute("detect.model", model)
                 tracing.end_request_span(span, status)
 
 
