@@ -111,10 +111,11 @@ class DetectionPostprocess(nn.Module):
         """Candidates: the ``k`` best (anchor, class) scores of each image, NMS per class among them."""
         s, num_classes, num_anchors, k = self.settings, self.num_classes, self.num_anchors, self.k
         flat = scores.reshape(-1, num_classes * num_anchors)  # (B, C*A), class-major
-        top_scores, top_idx = flat.topk(k, dim=1)  # (B, k), sorted descending
-        top_scores = torch.where(
-            top_scores > s.score_threshold, top_scores, torch.full_like(top_scores, -1.0)
-        )
+        # At or below the threshold -> -1 BEFORE the TopK: the same candidates above it, in the same order,
+        # and the TopK over mostly equal values runs ~10x faster in OpenVINO (EfficientDet-D0 at 256:
+        # 3,000 of 73,656 scores, ~10% of the INT8 graph's time before, ~1% after; docs/cpu-inference.md).
+        flat = torch.where(flat > s.score_threshold, flat, torch.full_like(flat, -1.0))
+        top_scores, top_idx = flat.topk(k, dim=1)  # (B, k), sorted descending; -1 rows are never kept
         classes = torch.div(top_idx, num_anchors, rounding_mode="trunc")  # (B, k)
         anchors = top_idx - classes * num_anchors
         cand_boxes = boxes.gather(1, anchors.unsqueeze(2).expand(-1, -1, 4))  # (B, k, 4)
