@@ -138,6 +138,7 @@ def main(argv: list[str] | None = None) -> None:
     backend = load_backend(args.model_dir, "auto")
     frames = decode(video)
     model = backend.manifest.name
+    run = time.strftime("%Y-%m-%dT%H:%M:%S")
     with serving(Path(args.model_dir).parent) as url:
         through_server(url, video)  # warm: first requests allocate
         through_backend(backend, frames[: args.batch], args.batch)
@@ -152,6 +153,7 @@ def main(argv: list[str] | None = None) -> None:
                     count = len(decode(video))
                     seconds = time.perf_counter() - started
                 row = {
+                    "run": run,
                     "kind": kind,
                     "round": round_,
                     "model": model,
@@ -168,15 +170,24 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def print_table(path: Path) -> None:
+    """Per run (rows without one are the first run) and path: median frames/s and its range."""
     rows = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-    print("| path | rounds | frames | median frames/s | load (1, 5, 15 min) during the rounds |")
-    print("|---|---|---|---|---|")
-    for kind in ("server", "backend", "decode"):
-        group = [r for r in rows if r["kind"] == kind]
-        if group:
-            fps = statistics.median(r["fps"] for r in group)
-            loads = f"{group[0]['load']} .. {group[-1]['load']}"
-            print(f"| {kind} | {len(group)} | {group[0]['frames']} | {fps:.1f} | {loads} |")
+    print("| run | path | rounds | frames | median frames/s (min-max) | 1-min load, first .. last round |")
+    print("|---|---|---|---|---|---|")
+    for run in dict.fromkeys(r.get("run", "first") for r in rows):
+        for kind in ("server", "backend", "decode"):
+            group = [r for r in rows if r["kind"] == kind and r.get("run", "first") == run]
+            if group:
+                fps = [r["fps"] for r in group]
+                load = f"{_one_minute(group[0])} .. {_one_minute(group[-1])}"
+                print(
+                    f"| {run} | {kind} | {len(group)} | {group[0]['frames']} | {statistics.median(fps):.1f} "
+                    f"({min(fps):.1f}-{max(fps):.1f}) | {load} |"
+                )
+
+
+def _one_minute(row: dict[str, Any]) -> str:
+    return f"{float(row['load'].strip('()').split(',')[0]):.1f}"
 
 
 if __name__ == "__main__":

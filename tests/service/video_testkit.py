@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import struct
 from fractions import Fraction
 
 import av
@@ -41,3 +42,13 @@ def make_video(
             output.mux(stream.encode(frame))
         output.mux(stream.encode())
     return buffer.getvalue()
+
+
+def claim_duration(matroska: bytes, seconds: float) -> bytes:
+    """A Matroska file whose header claims ``seconds`` of video (its Segment Info Duration, in the default
+    millisecond timescale), whatever its frames are."""
+    data = bytearray(matroska)
+    at = data.find(b"\x44\x89\x88")  # Duration element, an 8-byte float
+    assert at >= 0, "no 8-byte Duration element"
+    data[at + 3 : at + 11] = struct.pack(">d", seconds * 1000.0)
+    return bytes(data)

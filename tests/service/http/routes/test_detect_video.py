@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import pytest
 from detect_testkit import MakeClient
 from fastapi.testclient import TestClient
 from service_testkit import encode, solid_image
-from video_testkit import make_video
+from video_testkit import claim_duration, make_video
 
 BRIGHT = 240  # toy scores ~ 0.92, 0.83, 0.74: above ByteTrack's activation threshold
 
@@ -143,3 +144,28 @@ def test_limits_are_settings(make_client: MakeClient, toy_repo: Path) -> None:
     client = make_client(toy_repo, image_memory_bytes=64 * 48 * 20)  # less than the decoder's working set
     response = client.post("/detect", **video)
     assert response.status_code == 413 and "image memory" in response.json()["error"]
+
+
+def test_a_header_claiming_ten_hours_costs_what_the_frames_cost(client: TestClient) -> None:
+    data = claim_duration(make_video(frames=6, container="matroska", background=BRIGHT), 10 * 3600)
+    lines = _lines(client.post("/detect", content=data, headers={"content-type": "video/x-matroska"}))
+    summary = lines[-1]
+    assert summary["claimed_duration_s"] == pytest.approx(36000)
+    assert summary["frames_read"] == summary["frames_processed"] == 6 and summary["stopped_by"] is None
+
+
+def test_images_are_answered_while_a_video_streams(client: TestClient) -> None:
+    video = make_video(frames=120, background=BRIGHT)
+    image = encode(solid_image(200))
+    done: list[float] = []
+    with client.stream("POST", "/detect", content=video, headers={"content-type": "video/mp4"}) as streaming:
+        lines = streaming.iter_lines()
+        assert json.loads(next(lines))["frame"] == 0  # the video is being answered
+        for _ in range(3):
+            started = time.monotonic()
+            response = client.post("/detect", content=image, headers={"content-type": "image/png"})
+            assert response.status_code == 200, response.text
+            done.append(time.monotonic() - started)
+        rest = [json.loads(line) for line in lines if line]
+    assert rest[-1]["frames_processed"] == 120
+    assert max(done) < 5.0  # answered while the video still streamed, not after it
