@@ -74,8 +74,12 @@ def _draw(image_rgb: Any, found: Found) -> Any:
     return draw_detections(image_rgb, found.detections, found.labels, track_ids=ids)
 
 
-def predict_images(args: argparse.Namespace, files: list[Path], params: DetectParams, out: Path) -> int:
-    detector = RemoteDetector(args.url, args.model, args.api_key) if args.url else _local(args)
+Detector = LocalDetector | RemoteDetector
+
+
+def predict_images(
+    args: argparse.Namespace, detector: Detector, files: list[Path], params: DetectParams, out: Path
+) -> int:
     results: list[dict[str, Any]] = []
     names: dict[int, str] = {}
     if args.save:
@@ -100,9 +104,8 @@ def predict_images(args: argparse.Namespace, files: list[Path], params: DetectPa
 
 
 def _local_video(
-    args: argparse.Namespace, path: Path, params: DetectParams
+    args: argparse.Namespace, detector: LocalDetector, path: Path, params: DetectParams
 ) -> Iterator[Found | dict[str, Any]]:
-    detector = _local(args)
     labels = detector.manifest.labels
     with path.open("rb") as handle, open_video(handle, LOCAL_VIDEO) as video:
         fps = args.fps or video.info.fps or 30.0
@@ -126,12 +129,13 @@ def _local_video(
         }
 
 
-def predict_video(args: argparse.Namespace, path: Path, params: DetectParams, out: Path) -> int:
-    if args.url:
-        remote = RemoteDetector(args.url, args.model, args.api_key)
-        answers = remote.detect_video(path, params, args.fps, args.max_frames, not args.no_track)
+def predict_video(
+    args: argparse.Namespace, detector: Detector, path: Path, params: DetectParams, out: Path
+) -> int:
+    if isinstance(detector, RemoteDetector):
+        answers = detector.detect_video(path, params, args.fps, args.max_frames, not args.no_track)
     else:
-        answers = _local_video(args, path, params)
+        answers = _local_video(args, detector, path, params)
     results: list[dict[str, Any]] = []
     times: dict[int, float] = {}
     writer: Mp4Writer | None = None
@@ -214,19 +218,18 @@ def predict(args: argparse.Namespace) -> None:
         raise SystemExit(f"detect-predict: {source} does not exist")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    params = DetectParams(args.score_threshold)
-    if args.classes:
-        if args.url:
-            labels = RemoteDetector(args.url, args.model, args.api_key).labels
-        else:
-            labels = _local(args).manifest.labels
-        params = DetectParams(args.score_threshold, None, parse_class_filter(args.classes, labels))
-    if source.is_dir():
-        count = predict_images(args, _images(source), params, out)
-        kind = "images"
-    elif source.suffix.lower() in VIDEO_SUFFIXES or _starts_like_video(source):
-        count = predict_video(args, source, params, out)
+    is_video = not source.is_dir() and (source.suffix.lower() in VIDEO_SUFFIXES or _starts_like_video(source))
+    if not source.is_dir() and not is_video:
+        raise SystemExit(f"detect-predict: {source} is neither a folder of images nor a video file")
+    files = [] if is_video else _images(source)
+    detector: Detector = RemoteDetector(args.url, args.model, args.api_key) if args.url else _local(args)
+    labels = detector.labels if isinstance(detector, RemoteDetector) else detector.manifest.labels
+    classes = parse_class_filter(args.classes, labels) if args.classes else None
+    params = DetectParams(args.score_threshold, None, classes)
+    if is_video:
+        count = predict_video(args, detector, source, params, out)
         kind = "frames"
     else:
-        raise SystemExit(f"detect-predict: {source} is neither a folder of images nor a video file")
+        count = predict_images(args, detector, files, params, out)
+        kind = "images"
     print(json.dumps({"source": str(source), kind: count, "out": str(out)}), file=sys.stdout)

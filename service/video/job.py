@@ -26,6 +26,7 @@ import numpy as np
 
 from contract.manifest import Label
 from service.errors import BadRequest, ServiceError
+from service.imaging.masks import PastedMask, paste_mask
 from service.imaging.postprocess import DetectParams, to_schema
 from service.imaging.render import draw_detections
 from service.pipeline.detect import ImageOutcome
@@ -101,7 +102,14 @@ def _draw(
 ) -> bytes:
     for outcome, track_ids in zip(outcomes, ids, strict=True):
         assert outcome.image is not None, "frames are kept to draw on"
-        mp4.add(draw_detections(outcome.image, outcome.detections, labels, track_ids=track_ids.tolist()))
+        found = outcome.detections
+        pasted: Iterator[PastedMask] | None = None
+        if outcome.masks is not None:  # pasted lazily, one at a time, as they are drawn
+            pasted = (
+                paste_mask(mask, box, outcome.height, outcome.width)
+                for mask, box in zip(outcome.masks, found.boxes, strict=True)
+            )
+        mp4.add(draw_detections(outcome.image, found, labels, pasted, track_ids=track_ids.tolist()))
     return mp4.take()
 
 

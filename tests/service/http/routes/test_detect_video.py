@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import av
+import numpy as np
 import pytest
 from detect_testkit import MakeClient
 from fastapi.testclient import TestClient
@@ -80,6 +81,15 @@ def test_format_mp4_is_the_video_with_boxes_drawn(client: TestClient) -> None:
     # The toy's first box (16, 12)-(48, 36) is drawn in its class colour (BGR 56, 56, 255: red).
     edge = frames[2][12, 20:44].astype(int)
     assert (edge[:, 0] - edge[:, 2]).mean() > 100
+
+
+def test_a_multipart_video_can_ask_for_mp4(client: TestClient) -> None:
+    files = {"file": ("clip.mp4", make_video(frames=3, background=BRIGHT), "video/mp4")}
+    response = client.post("/detect?format=mp4", files=files)
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == "video/mp4" and response.content[4:8] == b"ftyp"
+    response = client.post("/detect", files=files, headers={"accept": "video/mp4"})
+    assert response.headers["content-type"] == "video/mp4"
 
 
 def test_accept_video_mp4_and_format_mismatches(client: TestClient) -> None:
@@ -169,3 +179,18 @@ def test_images_are_answered_while_a_video_streams(client: TestClient) -> None:
         rest = [json.loads(line) for line in lines if line]
     assert rest[-1]["frames_processed"] == 120
     assert max(done) < 5.0  # answered while the video still streamed, not after it
+
+
+def test_a_mask_model_draws_its_masks_in_the_mp4(make_client: MakeClient, multi_repo: Path) -> None:
+    client = make_client(multi_repo)
+    data = make_video(frames=3, background=BRIGHT)
+    headers = {"content-type": "video/mp4"}
+    boxed = client.post("/detect?model=masks&format=mp4", content=data, headers=headers)
+    plain = client.post("/detect?model=a-stretch&format=mp4", content=data, headers=headers)
+    assert boxed.status_code == plain.status_code == 200, boxed.text
+    with av.open(io.BytesIO(boxed.content)) as a, av.open(io.BytesIO(plain.content)) as b:
+        masked = next(a.decode(video=0)).to_ndarray(format="rgb24").astype(int)
+        unmasked = next(b.decode(video=0)).to_ndarray(format="rgb24").astype(int)
+    # The toy masks fill the centre of each box: translucent colour there, none without masks.
+    centre = (slice(20, 28), slice(28, 36))
+    assert np.abs(masked[centre] - unmasked[centre]).mean() > 20
