@@ -86,15 +86,22 @@ def working_set(pixels: int, frames_in_flight: int, fmt: VideoFormat) -> int:
     return VIDEO_FIXED_BYTES + int(pixels * per_pixel)
 
 
-def _take(video: VideoReader, frames: Iterator[Frame], count: int) -> list[Frame]:
-    """Up to ``count`` more frames (blocking: decodes)."""
+Group = tuple[list[Frame], ServiceError | None]
+
+
+def _take(video: VideoReader, frames: Iterator[Frame], count: int) -> Group:
+    """Up to ``count`` more frames (blocking: decodes), and the error that stopped decoding, if any: the
+    frames decoded before damaged data are still answered."""
     group: list[Frame] = []
     with video.lock:
-        for frame in frames:
-            group.append(frame)
-            if len(group) == count:
-                break
-    return group
+        try:
+            for frame in frames:
+                group.append(frame)
+                if len(group) == count:
+                    break
+        except ServiceError as err:
+            return group, err
+    return group, None
 
 
 def _draw(
@@ -137,14 +144,17 @@ class VideoJob:
         )
         self._frames = video.frames(options.fps, limit)
         self._pixels = video.info.pixels * config.frames_in_flight
-        self._next: asyncio.Task[list[Frame]] | None = None
+        self._next: asyncio.Task[Group] | None = None
         self.processed = 0
 
     async def first(self) -> None:
         """Decode the first group of frames (errors are still the request's HTTP answer)."""
         self._decode_next()
         assert self._next is not None
-        if not await asyncio.shield(self._next):
+        group, error = await asyncio.shield(self._next)
+        if error is not None and not group:
+            raise error
+        if not group:
             raise BadRequest(
                 f"video: no frame to process ({self.video.read} decoded; its header claims "
                 f"{self.video.info.claimed_frames or 0})",
@@ -159,11 +169,14 @@ class VideoJob:
     async def _groups(self) -> AsyncIterator[tuple[list[Frame], list[ImageOutcome], list[np.ndarray]]]:
         keep = self.options.format == "mp4"
         while self._next is not None:
-            group = await self._next
+            group, error = await self._next
             self._next = None
             if not group:
+                if error is not None:
+                    raise error
                 return
-            self._decode_next()  # the next group decodes while the model runs this one
+            if error is None:
+                self._decode_next()  # the next group decodes while the model runs this one
             labels = [f"frame {frame.index}" for frame in group]
             outcomes = await self.run.detect_frames(
                 [frame.image for frame in group], self.options.params, labels=labels, keep_frames=keep
@@ -171,6 +184,8 @@ class VideoJob:
             ids = [self._track(outcome) for outcome in outcomes]
             self.processed += len(group)
             yield group, outcomes, ids
+            if error is not None:
+                raise error  # after the frames decoded before it
 
     def _track(self, outcome: ImageOutcome) -> np.ndarray:
         found = outcome.detections

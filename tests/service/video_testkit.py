@@ -44,6 +44,21 @@ def make_video(
     return buffer.getvalue()
 
 
+def noisy_mjpeg_mkv(frames: int = 40, seed: int = 0) -> bytes:
+    """Motion-JPEG frames of random pixels in Matroska: each frame is its own JPEG, so damage in the middle
+    of the file is an error FFmpeg reports at that frame (H.264 and VP9 conceal it instead)."""
+    rng = np.random.default_rng(seed)
+    buffer = io.BytesIO()
+    with av.open(buffer, "w", format="matroska") as output:
+        stream = output.add_stream("mjpeg", rate=Fraction(10))
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuvj420p"
+        for _ in range(frames):
+            image = rng.integers(0, 255, (48, 64, 3), dtype=np.uint8)
+            output.mux(stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")))
+        output.mux(stream.encode())
+    return buffer.getvalue()
+
+
 def claim_duration(matroska: bytes, seconds: float) -> bytes:
     """A Matroska file whose header claims ``seconds`` of video (its Segment Info Duration, in the default
     millisecond timescale), whatever its frames are."""

@@ -18,7 +18,7 @@ import pytest
 from detect_testkit import MakeClient
 from fastapi.testclient import TestClient
 from service_testkit import encode, solid_image
-from video_testkit import claim_duration, make_video
+from video_testkit import claim_duration, make_video, noisy_mjpeg_mkv
 
 BRIGHT = 240  # toy scores ~ 0.92, 0.83, 0.74: above ByteTrack's activation threshold
 
@@ -194,3 +194,15 @@ def test_a_mask_model_draws_its_masks_in_the_mp4(make_client: MakeClient, multi_
     # The toy masks fill the centre of each box: translucent colour there, none without masks.
     centre = (slice(20, 28), slice(28, 36))
     assert np.abs(masked[centre] - unmasked[centre]).mean() > 20
+
+
+def test_damage_in_the_middle_ends_the_answer_with_an_error_line(client: TestClient) -> None:
+    data = bytearray(noisy_mjpeg_mkv(frames=40))
+    middle = len(data) // 2
+    data[middle : middle + 200] = bytes(200)
+    lines = _lines(client.post("/detect", content=bytes(data), headers={"content-type": "video/x-matroska"}))
+    frames, last = lines[:-1], lines[-1]
+    assert 4 <= len(frames) < 40 and [f["frame"] for f in frames] == list(range(len(frames)))
+    assert last["status"] == 400 and last["field"] == "video"
+    # Every frame decoded before the damage is answered.
+    assert last["error"].startswith(f"video: corrupt data after frame {frames[-1]['frame']} ")
