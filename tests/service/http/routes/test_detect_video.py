@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from detect_testkit import MakeClient
 from fastapi.testclient import TestClient
-from service_testkit import encode, solid_image
+from service_testkit import encode, solid_image, wait_until
 from video_testkit import claim_duration, make_video, noisy_mjpeg_mkv
 
 BRIGHT = 240  # toy scores ~ 0.92, 0.83, 0.74: above ByteTrack's activation threshold
@@ -206,3 +206,22 @@ def test_damage_in_the_middle_ends_the_answer_with_an_error_line(client: TestCli
     assert last["status"] == 400 and last["field"] == "video"
     # Every frame decoded before the damage is answered.
     assert last["error"].startswith(f"video: corrupt data after frame {frames[-1]['frame']} ")
+
+
+def test_everything_a_video_holds_is_given_back_however_it_ends(client: TestClient) -> None:
+    resources: Any = client.app.state.resources  # type: ignore[attr-defined]
+    lifecycle: Any = client.app.state.lifecycle  # type: ignore[attr-defined]
+    data = make_video(frames=40, background=BRIGHT)
+    video = {"content": data, "headers": {"content-type": "video/mp4"}}
+    client.post("/detect", **video)
+    client.post("/detect?format=mp4", **video)
+    client.post("/detect", content=b"\x1a\x45\xdf\xa3junk", headers={"content-type": "video/webm"})
+    damaged = bytearray(noisy_mjpeg_mkv())
+    damaged[len(damaged) // 2 : len(damaged) // 2 + 200] = bytes(200)
+    client.post("/detect", content=bytes(damaged), headers={"content-type": "video/x-matroska"})
+    with client.stream("POST", "/detect", **video) as response:  # the client stops reading early
+        assert json.loads(next(response.iter_lines()))["frame"] == 0
+    wait_until(
+        lambda: (resources.body_budget.used, resources.image_budget.used, lifecycle.in_flight) == (0, 0, 0),
+        what="the budgets and the in-flight count back to zero",
+    )
