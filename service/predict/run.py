@@ -108,7 +108,8 @@ def _local_video(
 ) -> Iterator[Found | dict[str, Any]]:
     labels = detector.manifest.labels
     with path.open("rb") as handle, open_video(handle, LOCAL_VIDEO) as video:
-        fps = args.fps or video.info.fps or 30.0
+        rates = [rate for rate in (args.fps, video.info.fps) if rate]
+        fps = min(rates) if rates else 30.0  # frames processed per second of video
         tracker = None if args.no_track else Tracker(TrackerConfig.for_fps(fps))
         frames = video.frames(args.fps, args.max_frames)
         processed = 0

@@ -137,8 +137,11 @@ class VideoJob:
         self.config = config
         self.media_type = MEDIA_TYPES[options.format]
         self._resources = resources
-        fps = options.fps or video.info.fps or 30.0
-        self.tracker = Tracker(TrackerConfig.for_fps(fps, config.track_lost_s)) if options.track else None
+        rates = [rate for rate in (options.fps, video.info.fps) if rate]
+        # Frames processed per second of video: the asked rate, never more than the video's own.
+        self.fps = min(rates) if rates else 30.0
+        lost_s = config.track_lost_s
+        self.tracker = Tracker(TrackerConfig.for_fps(self.fps, lost_s)) if options.track else None
         limit = (
             config.max_frames if options.max_frames is None else min(options.max_frames, config.max_frames)
         )
@@ -231,12 +234,9 @@ class VideoJob:
 
     async def _mp4(self) -> AsyncIterator[bytes]:
         info = self.video.info
-        fps = self.options.fps or info.fps or 30.0
-        if info.fps is not None:
-            fps = min(fps, info.fps)
         labels = self.run.model.manifest.labels
         scheduler = self._resources.scheduler
-        with Mp4Writer(info.width, info.height, fps) as mp4:
+        with Mp4Writer(info.width, info.height, self.fps) as mp4:
             async for _, outcomes, ids in self._groups():
                 chunk = await scheduler.run(self._pixels, _draw, outcomes, ids, labels, mp4)
                 if chunk:
