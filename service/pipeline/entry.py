@@ -1,10 +1,12 @@
 """The one way a request reaches a model, whatever its protocol: `DetectionPipeline`.
 
-Every caller (/detect, the Open Inference Protocol's infer) goes through it the same way::
+Every caller (/detect, the Open Inference Protocol's infer, video files and streams) goes through it the
+same way::
 
     async with pipeline.admit(model, started_at, gone=...) as run:  # deadline; 429 at once when overloaded
         images = await run.hold_input(read_body(...))  # its memory held until inference is done
         result = await run.detect(images, options)  # or run.infer_encoded / run.infer_tensors
+        outcomes = await run.detect_frames(frames, params)  # already-decoded frames (video, streams)
 
 From there `PipelineRequest` owns the request: it reads the images' headers and checks their cost (on
 the event loop when the input is small, else in a worker thread), admits the images against the queue
@@ -47,6 +49,7 @@ from service.pipeline.detect import (
     postprocess,
     prepare_images,
 )
+from service.pipeline.frames import prepare_frames
 from service.pipeline.inputs import ImageUpload
 from service.pipeline.tasks import Gone, cancel_when_gone
 from service.pipeline.timing import RequestStages
@@ -148,6 +151,7 @@ class PipelineRequest:
         self._gone = gone
         self._held = held
         self._inputs = inputs
+        self._counted = False  # in the in-flight count (from its first admitted image on)
 
     async def hold_input(self, source: AbstractAsyncContextManager[T]) -> T:
         """Enter ``source`` (e.g. reading a body into the body memory budget) and return what it gives;
@@ -219,6 +223,37 @@ class PipelineRequest:
         await self._inputs.aclose()  # inference is done: the input is no longer needed
         return outputs
 
+    async def detect_frames(
+        self,
+        frames: Sequence[np.ndarray],
+        params: DetectParams,
+        *,
+        labels: Sequence[str] | None = None,
+        keep_frames: bool = False,
+    ) -> list[ImageOutcome]:
+        """Detections of already-decoded RGB ``uint8 [H, W, 3]`` frames (a video file's, a stream's) in
+        their pixels; each frame is an item of the model's batcher like an uploaded image, and the frames
+        of one call are queued together so they can share a batch (with other requests' images too).
+
+        A video outlives one request's deadline: each call is admitted against the queue (429 when it
+        could not start in time) with its own deadline, the request timeout from now. The frames' memory
+        is the caller's to hold (see `service.video`); with ``keep_frames`` each outcome keeps its frame
+        (to draw on). ``labels`` name the frames in errors (default ``frames[i]``).
+        """
+        deadline = time.monotonic() + self._pipeline.request_timeout_s
+        self.model.admit(len(frames), deadline)
+        if not self._counted:
+            self._held.enter_context(self._pipeline.in_flight.admitted())
+            self._counted = True
+        names = list(labels) if labels is not None else [f"frames[{i}]" for i in range(len(frames))]
+        pixels = sum(frame.shape[0] * frame.shape[1] for frame in frames)
+        prepared = await self._resources.scheduler.run(
+            pixels, prepare_frames, self.model, frames, names, keep_frames, self.stages
+        )
+        network_inputs = [item.views[0].network_input for item in prepared]
+        outputs = await infer(self.model, network_inputs, deadline, self.stages)
+        return postprocess(self.model, prepared, outputs, params, self.stages)
+
     def server_timing(self) -> str:
         """The ``Server-Timing`` value: each stage so far, and the total since arrival."""
         return self.stages.server_timing(time.monotonic() - self.started_at)
@@ -264,3 +299,4 @@ class PipelineRequest:
         """Admit the request's ``images`` against the queue, and count it in flight from here on."""
         self.model.admit(images, self.deadline)
         self._held.enter_context(self._pipeline.in_flight.admitted())
+        self._counted = True

@@ -1,0 +1,50 @@
+"""``detect-predict SOURCE``: detections for a folder of images or a video file, written to ``--out``.
+
+::
+
+    detect-predict photos/ --out runs/photos                 # the default model of ./models, run here
+    detect-predict clip.mp4 --out runs/clip --save           # + the boxed video, with track ids
+    detect-predict clip.mp4 --url http://127.0.0.1:8000      # through a running server's POST /detect
+
+Writes ``results.json`` (COCO results: image_id, category_id, bbox [x, y, w, h], score; a video's frames
+are images 1, 2, ... and its detections carry ``track_id``), ``images.json`` (image id -> file name, or
+frame -> pts), for a video also ``frames.ndjson`` (the lines ``POST /detect`` answers), and with
+``--save`` the boxed images (``boxed/``) or video (``boxed.mp4``). A stream URL as SOURCE is not
+supported here: a server watches streams (``POST /v1/streams``).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="detect-predict", description=__doc__.split("\n")[0])
+    parser.add_argument("source", help="a folder of images, or a video file (MP4, MOV, MKV, WebM)")
+    parser.add_argument("--out", default="predictions", help="output folder (default: predictions)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--url", help="a running server (http://host:port): send it the images / video")
+    where.add_argument("--artifact", help="a model version folder (models/<name>/<version>) to run here")
+    parser.add_argument("--model-repository", default="models", help="where --model is looked up")
+    parser.add_argument("--model", help="model name (default: the repository's or the server's default)")
+    parser.add_argument("--api-key", help="--url: the server's API key")
+    parser.add_argument("--backend", default="auto", help="local runs: DETECT_BACKEND value (auto, cpu, ...)")
+    parser.add_argument("--score-threshold", type=float, help="default: the model's display threshold")
+    parser.add_argument("--classes", help="comma-separated classes to keep (names or ids)")
+    parser.add_argument("--fps", type=float, help="video: process at most this many frames per second")
+    parser.add_argument("--max-frames", type=int, help="video: process at most this many frames")
+    parser.add_argument("--no-track", action="store_true", help="video: no track ids")
+    parser.add_argument("--save", action="store_true", help="also write the boxed images or video")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    from service.predict.run import predict  # after parsing: --help stays light
+
+    predict(args)
+
+
+if __name__ == "__main__":
+    main()
