@@ -78,6 +78,7 @@ def test_the_mix_ratio_sets_the_share_of_reviewed_images(
         write_mixed_dataset(tiny_coco, "train", "val", root, "captured", tmp_path / "m2", 1.0)
 
 
+@pytest.mark.slow  # two tiny SSD300 runs with their evaluations
 def test_finetuning_starts_from_the_weights_and_trains_on_the_mix(tiny_coco: Path, tmp_path: Path) -> None:
     tiny = {"backbone": "resnet18", "batch_size": 4, "workers": 0, "pipeline": "torch", "precision": "fp32"}
     tiny |= {"eval_every": 100, "eval_batch_size": 4, "warmup_iters": 1, "base_lr": 0.01, "device": "cpu"}
