@@ -233,7 +233,7 @@ class Demo:
         captured = json.loads(
             (self.work / "captures" / "annotations" / "instances_captured.json").read_text()
         )
-        truth: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
+        truth: dict[str, tuple[str, list[dict[str, Any]]]] = {}
         for root, split in ((self.data / "shifted", "train"), (self.data / "original", "val")):
             coco = json.loads((root / "annotations" / f"instances_{split}.json").read_text())
             by_image: dict[int, list[dict[str, Any]]] = {}
@@ -241,7 +241,7 @@ class Demo:
                 by_image.setdefault(ann["image_id"], []).append(ann)
             for image in coco["images"]:
                 digest = hashlib.sha256((root / split / image["file_name"]).read_bytes()).hexdigest()
-                truth[digest] = (image, by_image.get(image["id"], []))
+                truth[digest] = (root.name, by_image.get(image["id"], []))
             categories = coco["categories"]
         out = self.work / "reviewed"
         if out.exists():
@@ -249,6 +249,7 @@ class Demo:
         (out / "captured").mkdir(parents=True)
         (out / "annotations").mkdir()
         images, annotations, unknown = [], [], 0
+        sources: dict[str, int] = {}
         for image in captured["images"]:
             source = self.work / "captures" / "captured" / image["file_name"]
             found = truth.get(hashlib.sha256(source.read_bytes()).hexdigest())
@@ -256,6 +257,8 @@ class Demo:
                 unknown += 1
                 continue
             shutil.copyfile(source, out / "captured" / image["file_name"])
+            key = f"{found[0]}:{image['capture_reason']}"
+            sources[key] = sources.get(key, 0) + 1
             images.append({k: image[k] for k in ("id", "file_name", "width", "height")})
             for ann in found[1]:
                 annotations.append(
@@ -279,6 +282,7 @@ class Demo:
             "annotations": len(annotations),
             "predictions_replaced": len(captured["annotations"]),
             "by_reason": reasons,
+            "by_source_and_reason": sources,
             "unmatched_images": unknown,
         }
 
@@ -413,6 +417,7 @@ class Demo:
             "detections_per_image_shifted_traffic": traffic["phases"]["shifted"]["detections_per_image"],
             "captured": traffic["captures"]["images"],
             "captured_by_reason": traffic["captures"]["by_reason"],
+            "captured_by_source_and_reason": results["label"].get("by_source_and_reason"),
             "reviewed_images": results["label"]["images"],
             "finetune_steps": results["finetune"]["steps"],
             "mean_agreement": results["rollout"]["mean_agreement"],
