@@ -476,11 +476,12 @@ def main() -> None:
     results["finetune"] = demo.stage("finetune", demo.finetune)
     results["gate"] = demo.stage("gate", lambda: demo.gate(results["base"]))
     results["rollout"] = demo.stage("rollout", demo.rollout)
+    reported_before = (demo.stages / "report.json").exists()
     table = demo.stage("report", lambda: demo.report(results))
     (args.work / "report.json").write_text(json.dumps(table, indent=2))
-    out = ROOT / "docs" / "results" / "flywheel.jsonl"
-    with out.open("a") as handle:
-        handle.write(json.dumps(table) + "\n")
+    if not reported_before:  # one line per run that reached the report
+        with (ROOT / "docs" / "results" / "flywheel.jsonl").open("a") as handle:
+            handle.write(json.dumps(table) + "\n")
     print(json.dumps(table, indent=2))
 
 
