@@ -28,6 +28,7 @@ from service.http.openapi import install_openapi
 from service.http.routes import captures, detect, health, metrics, models
 from service.http.web import install_web
 from service.pipeline.entry import DetectionPipeline
+from service.pipeline.shadow import ShadowRunner
 from service.runtime.admission import Resources
 from service.runtime.backends import BackendFactory, create_backend
 from service.runtime.metrics import ServiceMetrics, serve_metrics
@@ -68,8 +69,15 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         executor = ThreadPoolExecutor(settings.worker_threads, thread_name_prefix="detect-worker")
         app.state.resources = Resources.from_settings(settings, executor)
+        shadow = ShadowRunner(
+            runtime, settings.rollout_shadow_max_in_flight, settings.rollout_shadow_timeout_s
+        )
         app.state.pipeline = DetectionPipeline(
-            app.state.resources, settings.request_timeout_ms / 1000, in_flight=lifecycle, capture=capture
+            app.state.resources,
+            settings.request_timeout_ms / 1000,
+            in_flight=lifecycle,
+            capture=capture,
+            shadow=shadow,
         )
         # A folder that cannot be written turns capture off; it never stops the service from starting.
         await asyncio.to_thread(capture.start)
@@ -96,6 +104,7 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
                 await grpc_server.stop(settings.drain_timeout_s)
             lifecycle.close()
             await control.stop()
+            await shadow.stop()
             await runtime.stop(settings.drain_timeout_s)
             await asyncio.to_thread(capture.stop)  # after the drain: what the last requests queued is written
             executor.shutdown(wait=True, cancel_futures=True)

@@ -201,6 +201,14 @@ class Settings(BaseSettings):
     capture_max_per_minute: int = Field(default=60, gt=0)
     capture_queue: int = Field(default=16, gt=0)
     capture_memory_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    # During a rollout with a shadow share (docs/flywheel.md): keep an image whose serving and candidate
+    # versions agree less than this (matched detections / the larger count; 0: never), reason "disagreement".
+    capture_disagreement_below: float = Field(default=0.5, ge=0, le=1)
+
+    # Rollouts (service/runtime/rollout.py): at most this many shadow copies run at once (more are dropped
+    # and counted), each with this deadline to start on the candidate (a busy candidate drops it).
+    rollout_shadow_max_in_flight: int = Field(default=4, gt=0)
+    rollout_shadow_timeout_s: float = Field(default=1.0, gt=0)
 
     @field_validator("openvino_cache_dir", "grpc_port", "capture_dir", mode="before")
     @classmethod

@@ -53,6 +53,15 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--resume", help="checkpoint to continue from (model, optimizer, schedule, step)")
     parser.add_argument(
+        "--finetune-data",
+        help="fine-tune: a reviewed captured COCO dataset (docs/capture.md) mixed into --data's train split; "
+        "start from --weights CHECKPOINT (its EMA weights when it has them)",
+    )
+    parser.add_argument("--finetune-split", help="the captured dataset's split (default: captured)")
+    parser.add_argument(
+        "--mix-ratio", type=float, help="share of reviewed captured images in the fine-tuning split (0.5)"
+    )
+    parser.add_argument(
         "--ema-decay", type=float, help="EMA of the weights per step (evaluated, checkpointed, exported)"
     )
     parser.add_argument(

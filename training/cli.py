@@ -38,6 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
     synth.add_argument("--frames", type=int, default=150, help="--video: number of frames")
     synth.add_argument("--fps", type=int, default=15, help="--video: frames per second")
     synth.add_argument("--size", default="384x288", help="--video: WIDTHxHEIGHT")
+    synth.add_argument(
+        "--shift",
+        help="comma-separated distribution shifts of the scenes (dark: dim, blue-cast; small: shapes a third "
+        "to a half the size), for a split the models have not seen",
+    )
 
     add_train_arguments(sub.add_parser("train", help="train a detector on COCO-format data"))
     add_eval_arguments(sub.add_parser("eval", help="COCO metrics of a checkpoint"))
@@ -54,9 +59,11 @@ def _run(args: argparse.Namespace) -> None:
         return
     if args.command == "synth":
         from training.data.synthetic import generate_dataset
-        from training.data.synthetic_scene import LARGE_SCENES
+        from training.data.synthetic_scene import LARGE_SCENES, shifted_config
 
         config = LARGE_SCENES if args.scene == "large" else None
+        if args.shift:
+            config = shifted_config([n.strip() for n in args.shift.split(",") if n.strip()], config)
         summary = generate_dataset(args.out, args.num_train, args.num_val, args.seed, config)
         print(json.dumps(summary, indent=2, default=str))
         return

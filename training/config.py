@@ -51,6 +51,11 @@ class TrainConfig:
     clip_grad_norm: float | None = None
     # EfficientDet's random scale range [low, high] of the train-time resize (None: TF's 0.1-2.0).
     scale_jitter: list[float] | None = None
+    # Fine-tuning (training.data.finetune): a reviewed captured dataset's root (its ``finetune_split`` is
+    # read), mixed into ``data``'s train split so that ``mix_ratio`` of the images are reviewed ones.
+    finetune_data: str | None = None
+    finetune_split: str = "captured"
+    mix_ratio: float = 0.5
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import random
 import time
 from dataclasses import dataclass
@@ -19,6 +21,7 @@ from training import distributed
 from training.checkpoint import Checkpoint, save_checkpoint
 from training.config import TrainConfig
 from training.data.coco import resolve_split
+from training.data.finetune import write_mixed_dataset
 from training.data.loader import LoaderRequest, TrainLoader
 from training.detectors.registry import get_task
 from training.detectors.task import DetectorTask
@@ -53,6 +56,8 @@ def main(cfg: TrainConfig) -> dict[str, Any]:
     """Train, checkpoint every epoch, evaluate; returns the last evaluation's metrics (rank 0)."""
     if cfg.data is None:
         raise ValueError("--data is required")
+    if cfg.finetune_data is not None:
+        cfg = _finetune_config(cfg)
     info = distributed.init_distributed(cfg.device)
     try:
         return _train(cfg, info)
@@ -82,6 +87,36 @@ class _Run:
     iteration: int = 0
 
 
+def _finetune_config(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` training on the mixed dataset it describes, written under ``<output>/finetune-data``."""
+    assert cfg.data is not None and cfg.finetune_data is not None
+    if cfg.resume:
+        raise ValueError(
+            "--finetune-data starts from --weights CHECKPOINT with a schedule of its own; --resume would "
+            "continue the checkpoint's finished schedule (its last LR and step)"
+        )
+    if not cfg.weights:
+        raise ValueError("--finetune-data needs --weights CHECKPOINT (the model to fine-tune)")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ValueError("--finetune-data runs in one process (not under torchrun)")
+    mixed = write_mixed_dataset(
+        cfg.data,
+        cfg.train_split or default_split(cfg.data, "train"),
+        cfg.val_split or default_split(cfg.data, "val"),
+        cfg.finetune_data,
+        cfg.finetune_split,
+        Path(cfg.output) / "finetune-data",
+        cfg.mix_ratio,
+        cfg.seed,
+    )
+    print(
+        f"fine-tuning on {mixed.root}: {mixed.captured_images} reviewed images "
+        f"({mixed.reviewed_annotations} annotations) and {mixed.original_images} original ones",
+        flush=True,
+    )
+    return dataclasses.replace(cfg, data=str(mixed.root), train_split="train", val_split="val")
+
+
 def _categories(cfg: TrainConfig, train_split: str) -> list[dict[str, Any]]:
     assert cfg.data is not None
     _, train_ann = resolve_split(cfg.data, train_split)
@@ -109,7 +144,7 @@ def _build_model(
     if resume is not None:
         model.load_state_dict(resume.model, strict=True)
     elif cfg.weights:
-        load_initial_weights(model, cfg.model, cfg.weights)
+        load_initial_weights(model, cfg.model, cfg.weights, inference=cfg.finetune_data is not None)
     if cfg.channels_last:
         model = model.to(memory_format=torch.channels_last)
     ema = ModelEma(model, cfg.ema_decay) if cfg.ema_decay else None
@@ -286,9 +321,10 @@ def closing_line(output: Path, iteration: int, seconds: float, metrics: dict[str
     )
 
 
-def load_initial_weights(model: nn.Module, model_name: str, path: str) -> None:
+def load_initial_weights(model: nn.Module, model_name: str, path: str, inference: bool = False) -> None:
     """``--weights``: the whole model's weights from any file ``load_checkpoint`` reads (this project's
-    checkpoints, NVIDIA's SSD300 files, torchvision's Mask R-CNN files), loaded strictly.
+    checkpoints, NVIDIA's SSD300 files, torchvision's Mask R-CNN files), loaded strictly; with
+    ``inference``, the weights it serves (its EMA copy when it has one: fine-tuning starts from those).
 
     Raises ValueError naming the architecture or the missing / unexpected / mis-shaped keys.
     """
@@ -296,7 +332,7 @@ def load_initial_weights(model: nn.Module, model_name: str, path: str) -> None:
     if source.model_name != model_name:
         raise ValueError(f"--weights {path} holds a {source.model_name} model, this run trains {model_name}")
     try:
-        model.load_state_dict(source.model, strict=True)
+        model.load_state_dict(source.inference_weights if inference else source.model, strict=True)
     except RuntimeError as exc:
         raise ValueError(
             f"--weights {path} does not fit this {model_name} ({source.model_args}): {exc}"

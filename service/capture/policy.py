@@ -2,7 +2,9 @@
 
 An image is captured for the first rule it meets, in this order: its top score lies inside the uncertainty
 band (``score_band``), fewer than ``min_detections`` of its detections reach the display threshold
-(``few_detections``), or it falls in the random baseline share (``random``).
+(``few_detections``), or it falls in the random baseline share (``random``). During a rollout with a
+shadow share, an image the serving and candidate versions disagree on is kept as ``disagreement``
+(decided once the candidate answered: `SampleCapture.offer_disagreement`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-REASONS = ("score_band", "few_detections", "random")
+REASONS = ("score_band", "few_detections", "random", "disagreement")
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,7 @@ class SampleCapture:
         )
         self.rate = RateLimit(settings.capture_max_per_minute)
         self.memory_bytes = settings.capture_memory_bytes
+        self.disagreement_below = settings.capture_disagreement_below
         self.store = (
             CaptureStore(settings.capture_dir, settings.capture_max_bytes)
             if settings.capture_dir is not None
@@ -203,9 +204,29 @@ class SampleCapture:
         with self._lock:
             self._held -= nbytes
 
-    def _offer(self, data: bytes | bytearray | None, model: ModelIdentity, prediction: Prediction) -> bool:
-        """Apply the rules to one image; True when it was handed to the writer (which releases its memory)."""
-        reason = self.policy.reason(prediction.scores, model.display_threshold, self._random.random())
+    def offer_disagreement(
+        self, data: bytes | bytearray, model: ModelIdentity, prediction: Prediction, agreement: float
+    ) -> None:
+        """Keep an image held by `Candidates.offer` (``keep``) when two versions agreed on it less than
+        ``disagreement_below``; its memory is given back either way."""
+        if agreement >= self.disagreement_below or not self._offer(data, model, prediction, "disagreement"):
+            self._release(len(data))
+
+    def release(self, data: bytes | bytearray) -> None:
+        """Give back the memory of an image held by `Candidates.offer` (``keep``)."""
+        self._release(len(data))
+
+    def _offer(
+        self,
+        data: bytes | bytearray | None,
+        model: ModelIdentity,
+        prediction: Prediction,
+        reason: str | None = None,
+    ) -> bool:
+        """Apply the rules to one image (or keep it for ``reason``); True when it was handed to the writer
+        (which releases its memory)."""
+        if reason is None:
+            reason = self.policy.reason(prediction.scores, model.display_threshold, self._random.random())
         if reason is None or not self.on:
             return False
         if data is None:
@@ -290,15 +311,22 @@ class Candidates:
         self._capture = capture
         self._kept = kept
 
-    def offer(self, index: int, model: ModelIdentity, prediction: Prediction) -> None:
-        """Capture image ``index`` of the request if a rule chooses it and the bounds allow."""
+    def offer(
+        self, index: int, model: ModelIdentity, prediction: Prediction, keep: bool = False
+    ) -> bytes | bytearray | None:
+        """Capture image ``index`` of the request if a rule chooses it and the bounds allow. With ``keep``,
+        an image not chosen is returned, still held against the memory budget, for a later decision
+        (`SampleCapture.offer_disagreement` or `SampleCapture.release` give it back)."""
         if index >= len(self._kept):
-            return
+            return None
         data, self._kept[index] = self._kept[index], None
         if self._capture._offer(data, model, prediction):
-            return
+            return None
         if data is not None:
+            if keep:
+                return data
             self._capture._release(len(data))
+        return None
 
     def release(self) -> None:
         for i, data in enumerate(self._kept):

@@ -105,7 +105,7 @@ class InferenceServicer:
         span = _request_span(context)
         token = tracing.REQUEST_SPAN.set(span) if span is not None else None
         try:
-            model = self._model(request.model_name, request.model_version)
+            model = self.state.runtime.get(request.model_name, request.model_version or None, canary=True)
             label = model.name
             with model.lease():
                 return await self._infer(model, request, started)

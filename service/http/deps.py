@@ -77,7 +77,7 @@ async def get_model(
     until it is answered, so a swap or unload retires it only after this request
     (`service.runtime.model_control`).
     """
-    model = runtime.get(query.model, query.version)
+    model = runtime.get(query.model, query.version, canary=True)
     request.state.model = model.name
     model.require_ready()
     with model.lease():
@@ -87,7 +87,9 @@ async def get_model(
 async def get_leased_model(request: Request, runtime: RuntimeDep) -> AsyncIterator[LoadedModel]:
     """The model version named by the path (``model_name``, optional ``model_version``), leased as in
     `get_model`: the Open Inference Protocol's routes."""
-    model = runtime.get(request.path_params["model_name"], request.path_params.get("model_version"))
+    model = runtime.get(
+        request.path_params["model_name"], request.path_params.get("model_version"), canary=True
+    )
     request.state.model = model.name
     with model.lease():
         yield model

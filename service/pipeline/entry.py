@@ -51,6 +51,7 @@ from service.pipeline.detect import (
 )
 from service.pipeline.frames import prepare_frames
 from service.pipeline.inputs import ImageUpload
+from service.pipeline.shadow import OnCompared, ShadowRunner
 from service.pipeline.tasks import Gone, cancel_when_gone
 from service.pipeline.timing import RequestStages
 from service.runtime import tracing
@@ -105,11 +106,13 @@ class DetectionPipeline:
         request_timeout_s: float,
         in_flight: InFlight,
         capture: SampleCapture | None = None,
+        shadow: ShadowRunner | None = None,
     ):
         self.resources = resources
         self.request_timeout_s = request_timeout_s
         self.in_flight = in_flight
         self.capture = capture
+        self.shadow = shadow  # copies to a rollout's candidate version (service.pipeline.shadow)
 
     @asynccontextmanager
     async def admit(
@@ -195,8 +198,7 @@ class PipelineRequest:
                 outcomes = postprocess(
                     self.model, prepared, outputs, options.params, self.stages, tiling.merge
                 )
-                if candidates is not None:
-                    self._offer_captures(candidates, outcomes)
+                self._after_inference(prepared, outputs, candidates, outcomes)
             if fmt == "json":
                 return await json_results(
                     self.model, outcomes, self._resources, options.mask_format, self.stages
@@ -211,6 +213,7 @@ class PipelineRequest:
         outputs are its merged detections above the model's score threshold (`tiled_outputs`)."""
         tiling = tiling or Tiling()
         prepared, outputs = await self._run(images, None, tiling)
+        self._after_inference(prepared, outputs)
         return contract_outputs(self.model, prepared, outputs, tiling.merge)
 
     async def infer_tensors(self, images: Sequence[np.ndarray]) -> list[Outputs]:
@@ -221,6 +224,10 @@ class PipelineRequest:
             self._gone, infer(self.model, network_inputs, self.deadline, self.stages)
         )
         await self._inputs.aclose()  # inference is done: the input is no longer needed
+        shadow = self._pipeline.shadow
+        candidate = shadow.wants(self.model) if shadow is not None else None
+        if shadow is not None and candidate is not None:
+            shadow.start(self.model, candidate, network_inputs, outputs)
         return outputs
 
     async def detect_frames(
@@ -285,15 +292,60 @@ class PipelineRequest:
             return nullcontext(None)
         return capture.candidates([image.data for image in images])
 
-    def _offer_captures(self, candidates: Candidates, outcomes: list[ImageOutcome]) -> None:
+    def _after_inference(
+        self,
+        prepared: list[Prepared],
+        outputs: list[Outputs],
+        candidates: Candidates | None = None,
+        outcomes: list[ImageOutcome] | None = None,
+    ) -> None:
+        """Offer the images to sample capture, and a copy of the request to a rollout's candidate version
+        (`service.pipeline.shadow`): both only decide here; nothing waits."""
+        shadow = self._pipeline.shadow
+        candidate = shadow.wants(self.model) if shadow is not None else None
+        # Disagreement is judged per image: only when every image is one view (not tiled).
+        per_image = candidate is not None and all(len(item.views) == 1 for item in prepared)
+        kept: list[tuple[bytes | bytearray, Prediction] | None] = []
+        if candidates is not None and outcomes is not None:
+            kept = self._offer_captures(candidates, outcomes, keep=per_image)
+        if shadow is None or candidate is None:
+            return
+        network_inputs = [view.network_input for item in prepared for view in item.views]
+        on_compared = self._capture_disagreement(kept) if any(kept) else None
+        shadow.start(self.model, candidate, network_inputs, outputs, on_compared)
+
+    def _identity(self) -> ModelIdentity:
         manifest = self.model.manifest
-        identity = ModelIdentity(
-            self.model.name, self.model.version, manifest.labels, manifest.default_threshold
-        )
+        return ModelIdentity(self.model.name, self.model.version, manifest.labels, manifest.default_threshold)
+
+    def _offer_captures(
+        self, candidates: Candidates, outcomes: list[ImageOutcome], keep: bool
+    ) -> list[tuple[bytes | bytearray, Prediction] | None]:
+        """Offer each image to capture; with ``keep``, those not chosen, held for the shadow's verdict."""
+        identity = self._identity()
+        kept: list[tuple[bytes | bytearray, Prediction] | None] = []
         for index, outcome in enumerate(outcomes):
             found = outcome.detections
             prediction = Prediction(outcome.width, outcome.height, found.boxes, found.scores, found.classes)
-            candidates.offer(index, identity, prediction)
+            data = candidates.offer(index, identity, prediction, keep=keep)
+            kept.append(None if data is None else (data, prediction))
+        return kept
+
+    def _capture_disagreement(self, kept: list[tuple[bytes | bytearray, Prediction] | None]) -> OnCompared:
+        capture, identity = self._pipeline.capture, self._identity()
+        assert capture is not None
+
+        def compared(agreements: list[float] | None) -> None:
+            for index, item in enumerate(kept):
+                if item is None:
+                    continue
+                data, prediction = item
+                if agreements is None:
+                    capture.release(data)
+                else:
+                    capture.offer_disagreement(data, identity, prediction, agreements[index])
+
+        return compared
 
     def _admit(self, images: int) -> None:
         """Admit the request's ``images`` against the queue, and count it in flight from here on."""

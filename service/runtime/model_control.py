@@ -8,7 +8,13 @@ versions, requests already holding an old version finish on it. The versions no 
 retired in the background (`LoadedModel.retire`: their last request finishes, queued work runs, the
 backend is freed). If any version fails to load, nothing that serves changes and the error says why.
 
-`unload(name)` removes a model from serving the same way. With ``repository_poll_s`` set, a background
+`unload(name)` removes a model from serving the same way.
+
+`start_rollout(name, candidate, ...)` loads one more version of a serving model beside the one that serves
+and sets its `RolloutPlan` (canary and shadow shares, `service.runtime.rollout`); `end_rollout(name)`
+undoes it in one call: the plan goes, the candidate is retired, the serving version answers everything.
+A `load` of the model (which serves what the ``versions`` policy selects) ends its rollout too; polling
+leaves a model under rollout alone. With ``repository_poll_s`` set, a background
 task compares the folder with what serves and loads new or changed models and unloads removed ones.
 """
 
@@ -28,6 +34,7 @@ from service.runtime.repository import (
     scan_model,
     select_versions,
 )
+from service.runtime.rollout import RolloutPlan
 from service.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -94,6 +101,7 @@ class ModelControl:
                     table[entry.version] = self.runtime.new_model(entry)
                     fresh.append(table[entry.version])
             await self._load_fresh(name, fresh)
+            self.runtime.rollouts.clear(name)  # a load serves what the policy selects: no rollout
             self.runtime.models[name] = table  # the switch: one assignment, no await around it
             for model in fresh:
                 self.runtime.publish(model)
@@ -135,6 +143,7 @@ class ModelControl:
         await self.runtime.wait_loaded()
         async with self._lock(name):
             versions = self.runtime.models.pop(name, None)
+            self.runtime.rollouts.clear(name)
             if versions is None:
                 try:
                     check_model_name(name)
@@ -146,6 +155,83 @@ class ModelControl:
             for model in versions.values():
                 self._retire(model)
             logger.info("model %s unloaded (version(s) %s draining)", name, sorted(versions))
+
+    # ------------------------------------------------------------------ rollout
+
+    async def start_rollout(
+        self, name: str, candidate: str, canary_percent: float = 0.0, shadow_percent: float = 0.0
+    ) -> RolloutPlan:
+        """Serve ``candidate`` (a version folder of model ``name``) beside the version that answers now,
+        with the given canary and shadow shares (0..100); call again to change the shares. Raises
+        `LoadFailed` (400) saying why, changing nothing."""
+        await self.runtime.wait_loaded()
+        async with self._lock(name):
+            current = self.runtime.models.get(name)
+            if current is None:
+                raise ModelNotFound(f"model {name!r} is not loaded: load it before rolling a version out")
+            existing = self.runtime.rollouts.plans.get(name)
+            serving = existing.serving if existing else self.runtime.get(name, None).version
+            if candidate == serving:
+                raise LoadFailed(
+                    f"version {candidate!r} of {name!r} already serves; name another version",
+                    field="candidate",
+                )
+            plan = RolloutPlan(serving, candidate, canary_percent, shadow_percent)
+            if not (0 <= canary_percent <= 100 and 0 <= shadow_percent <= 100):
+                raise LoadFailed(
+                    "canary_percent and shadow_percent must be within 0..100", field="canary_percent"
+                )
+            if existing is not None and existing.candidate != candidate:
+                raise LoadFailed(
+                    f"{name!r} is rolling out version {existing.candidate!r}: end that rollout first",
+                    field="candidate",
+                )
+            loaded = current.get(candidate)
+            if loaded is None or not loaded.ready:
+                loaded = await self._load_version(name, candidate)
+                self.runtime.models[name] = {**self.runtime.models.get(name, {}), candidate: loaded}
+                self.runtime.publish(loaded)
+            self.runtime.rollouts.set(name, plan)
+            logger.info(
+                "model %s: version %s serves, candidate %s (canary %g%%, shadow %g%%)",
+                name,
+                serving,
+                candidate,
+                canary_percent,
+                shadow_percent,
+            )
+            return plan
+
+    async def _load_version(self, name: str, version: str) -> LoadedModel:
+        try:
+            entries = await asyncio.to_thread(scan_model, self.root, name)
+        except (RepositoryError, OSError) as exc:
+            raise LoadFailed(f"failed to read {name!r}: {exc}", field="candidate") from exc
+        entry = next((e for e in entries if e.version == version), None)
+        if entry is None:
+            raise LoadFailed(
+                f"model {name!r} has no version {version!r} in the repository "
+                f"(found {[e.version for e in entries]})",
+                field="candidate",
+            )
+        model = self.runtime.new_model(entry)
+        await self._load_fresh(name, [model])
+        return model
+
+    async def end_rollout(self, name: str) -> RolloutPlan:
+        """Undo ``name``'s rollout: no canary, no shadow, the candidate retired. Raises `ModelNotFound`
+        when none stands."""
+        async with self._lock(name):
+            plan = self.runtime.rollouts.clear(name)
+            if plan is None:
+                raise ModelNotFound(f"model {name!r} has no rollout")
+            table = dict(self.runtime.models.get(name, {}))
+            retired = table.pop(plan.candidate, None)
+            if retired is not None and plan.serving in table:
+                self.runtime.models[name] = table
+                self._retire(retired)
+            logger.info("model %s: rollout of %s ended, %s serves", name, plan.candidate, plan.serving)
+            return plan
 
     def _lock(self, name: str) -> asyncio.Lock:
         return self._locks.setdefault(name, asyncio.Lock())
@@ -232,6 +318,8 @@ class ModelControl:
             await self.unload(name)
 
     def _changed(self, name: str, items: list[IndexEntry]) -> bool:
+        if name in self.runtime.rollouts.plans:
+            return False  # a rollout decides what serves until it ends
         if any(i.entry is None for i in items):
             return True  # broken: loading reports why (once, see _failed_stamps)
         wanted = select_versions([i.entry for i in items if i.entry is not None], self.policy)

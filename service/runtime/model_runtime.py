@@ -28,6 +28,7 @@ from service.runtime.batcher import DynamicBatcher
 from service.runtime.default_model import no_default_message, resolve_default_model
 from service.runtime.metrics import ModelMetrics, ServiceMetrics
 from service.runtime.repository import ModelEntry, version_sort_key
+from service.runtime.rollout import Rollouts
 from service.settings import BatchingConfig, Settings
 
 logger = logging.getLogger(__name__)
@@ -186,6 +187,7 @@ class ModelRuntime:
             logger.warning("no default model declared: requests must name one (%s)", sorted(self.models))
         self._task: asyncio.Task[None] | None = None
         self._loaded = asyncio.Event()
+        self.rollouts = Rollouts(metrics.registry)
 
     def all(self) -> list[LoadedModel]:
         return [m for versions in self.models.values() for m in versions.values()]
@@ -299,8 +301,9 @@ class ModelRuntime:
         """``{"name:version": "ok" | "loading" | "warming" | "failed: ..."}``."""
         return {f"{m.name}:{m.version}": m.status() for m in self.all()}
 
-    def get(self, name: str | None, version: str | None) -> LoadedModel:
-        """The model version a request asked for (None: the default model / its latest loaded version).
+    def get(self, name: str | None, version: str | None, canary: bool = False) -> LoadedModel:
+        """The model version a request asked for (None: the default model / its latest loaded version;
+        during a rollout, its serving version, or with ``canary`` (inference) the candidate for its share).
 
         Raises `ModelNotFound` naming what exists.
         """
@@ -319,6 +322,9 @@ class ModelRuntime:
             )
         versions = self.models[name]
         if version is None:
+            planned = self.rollouts.version_for(name, canary)
+            if planned is not None and planned in versions:
+                return versions[planned]
             return versions[max(versions, key=version_sort_key)]
         if version not in versions:
             raise ModelNotFound(

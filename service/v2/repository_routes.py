@@ -1,5 +1,8 @@
 """The Open Inference Protocol's model repository extension: index, load and unload while serving.
 
+Rollout (this service's addition, after KServe's ``canaryTrafficPercent``): ``rollout`` serves a candidate
+version beside the serving one with a canary and a shadow share, ``rollout/end`` undoes both in one call.
+
 Mounted only when ``repository_api`` is true; with API keys configured these endpoints need a key like
 every other non-probe route (`service.http.auth`). Load answers once the model serves from its new version
 (old versions drain in the background); a failed load answers 400 with the reason and changes nothing.
@@ -7,7 +10,7 @@ every other non-probe route (`service.http.auth`). Load answers once the model s
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -22,6 +25,8 @@ from service.v2.schemas import (
     RepositoryIndexRequest,
     RepositoryLoadRequest,
     RepositoryRequest,
+    RepositoryRollout,
+    RepositoryRolloutRequest,
 )
 
 router = APIRouter(prefix="/v2/repository", tags=["open inference protocol: model repository"])
@@ -101,3 +106,44 @@ async def unload_model(
     )  # unload_dependents: no model has dependents here
     await control.unload(request.path_params["model_name"])
     return {"name": request.path_params["model_name"]}
+
+
+@router.post(
+    "/models/{model_name}/rollout",
+    response_model=RepositoryRollout,
+    responses=ERROR_RESPONSES,
+    dependencies=REPOSITORY_MODEL_PATH,
+    openapi_extra=optional_json_body(RepositoryRolloutRequest),
+)
+async def start_rollout(
+    request: Request, control: ControlDep, resources: ResourcesDep, lifecycle: LifecycleDep
+) -> RepositoryRollout:
+    """Load version ``candidate`` beside the serving one; it answers ``canary_percent`` of the requests that
+    name no version and sees a copy of ``shadow_percent`` of the serving version's (answers compared in the
+    metrics, never returned). Call again to change the shares."""
+    body: RepositoryRolloutRequest = await _optional_body(
+        request, resources, lifecycle, RepositoryRolloutRequest
+    )
+    if body.candidate is None:
+        raise BadRequest("candidate is required: the version folder to roll out", field="candidate")
+    name = request.path_params["model_name"]
+    plan = await control.start_rollout(name, body.candidate, body.canary_percent, body.shadow_percent)
+    return RepositoryRollout(name=name, state="active", **asdict(plan))
+
+
+@router.post(
+    "/models/{model_name}/rollout/end",
+    response_model=RepositoryRollout,
+    responses=ERROR_RESPONSES,
+    dependencies=REPOSITORY_MODEL_PATH,
+    openapi_extra=optional_json_body(RepositoryRequest),
+)
+async def end_rollout(
+    request: Request, control: ControlDep, resources: ResourcesDep, lifecycle: LifecycleDep
+) -> RepositoryRollout:
+    """Undo the rollout in one call: no canary, no shadow, the candidate unloaded; the serving version
+    answers everything (to promote the candidate instead, load the model: it serves the latest version)."""
+    await _optional_body(request, resources, lifecycle, RepositoryRequest)
+    name = request.path_params["model_name"]
+    plan = await control.end_rollout(name)
+    return RepositoryRollout(name=name, state="ended", **asdict(plan))

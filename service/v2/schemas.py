@@ -94,6 +94,35 @@ class RepositoryLoadRequest(RepositoryRequest):
     )
 
 
+class RepositoryRolloutRequest(BaseModel):
+    """Body of rollout: the candidate version and its canary and shadow shares (KServe's
+    ``canaryTrafficPercent``)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    candidate: str | None = Field(
+        default=None, description="the version folder to roll out beside the one that serves (required)"
+    )
+    canary_percent: float = Field(
+        default=0.0, ge=0, le=100, description="share of requests naming no version that it answers"
+    )
+    shadow_percent: float = Field(
+        default=0.0,
+        ge=0,
+        le=100,
+        description="share of the serving version's requests also sent to it as a copy, to compare",
+    )
+
+
+class RepositoryRollout(BaseModel):
+    name: str
+    serving: str = Field(description="the version that answers the requests outside the canary share")
+    candidate: str
+    canary_percent: float
+    shadow_percent: float
+    state: str = Field(description="active | ended")
+
+
 class ResponseOutput(BaseModel):
     name: str
     datatype: str

@@ -4,7 +4,7 @@ with its exactly visible mask (see :mod:`training.data.synthetic` for the datase
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import cast
 
 import cv2
@@ -14,11 +14,13 @@ from numpy.typing import NDArray
 __all__ = [
     "CATEGORIES",
     "LARGE_SCENES",
+    "SHIFTS",
     "SyntheticConfig",
     "SyntheticObject",
     "mask_bounds",
     "mask_to_polygons",
     "render_sample",
+    "shifted_config",
 ]
 
 # (COCO category id, name). Ids have gaps like COCO's (1..90 for 80 classes).
@@ -49,6 +51,8 @@ class SyntheticConfig:
     # Dots in the clutter are sized from min(image side, this): None sizes them from the image, which on
     # large scenes would draw dots as big as the (small) shapes.
     clutter_side: int | None = None
+    # A global tone applied to the finished scene before noise: (gain, per-channel RGB offset). None: none.
+    tone: tuple[float, tuple[float, float, float]] | None = None
 
 
 # Large scenes with small objects (tiled inference: docs/tiling.md): 2000-4000 px a side, shapes of about
@@ -60,6 +64,28 @@ LARGE_SCENES = SyntheticConfig(
     min_box_fraction=0.003,
     clutter_side=480,
 )
+
+
+# Distribution shifts of the default scenes (``detect-train synth --shift NAME[,NAME]``), to test how a model
+# trained on the default ones copes with scenes it has not seen: ``dark`` is a dim, blue-cast scene (low
+# contrast, as at night); ``small`` draws shapes a third to a half the default size.
+SHIFTS: dict[str, dict[str, object]] = {
+    "dark": {"tone": (0.4, (0.0, 8.0, 30.0))},
+    "small": {"size_range": (0.06, 0.2), "min_box_fraction": 0.04},
+}
+
+
+def shifted_config(
+    names: list[str] | tuple[str, ...], base: SyntheticConfig | None = None
+) -> SyntheticConfig:
+    """``base`` (default scenes) with the named `SHIFTS` applied; raises ValueError naming an unknown one."""
+    unknown = sorted(set(names) - set(SHIFTS))
+    if unknown:
+        raise ValueError(f"unknown shift(s) {unknown}; expected names from {sorted(SHIFTS)}")
+    values: dict[str, object] = {}
+    for name in names:
+        values.update(SHIFTS[name])
+    return replace(base or SyntheticConfig(), **values)  # type: ignore[arg-type]
 
 
 @dataclass
@@ -359,6 +385,9 @@ def render_sample(
             break
     if rng.random() < 0.2:
         img = np.asarray(cv2.GaussianBlur(img, (3, 3), 0), dtype=np.float32)
+    if cfg.tone is not None:
+        gain, offset = cfg.tone
+        img = img * np.float32(gain) + np.asarray(offset, dtype=np.float32)
     img = img + rng.standard_normal(size=img.shape, dtype=np.float32) * np.float32(rng.uniform(0, 8))
     return np.clip(np.rint(img), 0, 255).astype(np.uint8), objects
 

@@ -99,13 +99,25 @@ class EfficientDetD0(EfficientDet):  # type: ignore[misc]  # effdet base class, 
         backbone: str = DEFAULT_BACKBONE,
         image_size: int = DEFAULT_IMAGE_SIZE,
         backbone_weights: str | Path | None = None,
+        freeze_bn: bool = False,
     ) -> None:
         super().__init__(efficientdet_d0_config(num_classes, backbone, image_size), pretrained_backbone=False)
+        # Every BatchNorm stays in inference mode while training (running statistics used and kept):
+        # fine-tuning with few images per step, or from weights whose statistics are folded into the convs.
+        self.freeze_bn = freeze_bn
         self.num_classes = num_classes
         self.backbone_variant = backbone
         self.image_size = image_size
         if backbone_weights is not None:
             load_backbone_weights(self.backbone, backbone_weights)
+
+    def train(self, mode: bool = True) -> EfficientDetD0:
+        super().train(mode)
+        if mode and self.freeze_bn:
+            for module in self.modules():
+                if isinstance(module, nn.BatchNorm2d):
+                    module.eval()
+        return self
 
     def forward(self, images: Tensor) -> tuple[list[Tensor], list[Tensor]]:
         size = self.image_size
