@@ -80,9 +80,11 @@ def draw_detections(
     labels: Sequence[Label],
     masks: Iterable[PastedMask] | None = None,
     grid: Sequence[tuple[int, int, int, int]] = (),
+    track_ids: Sequence[int] | None = None,
 ) -> np.ndarray:
     """A BGR copy of ``image_rgb`` with translucent masks, then boxes and "label score" captions on top;
     ``grid`` (x0, y0, x1, y1 tiles of a tiled request), if given, drawn first as thin white frames.
+    ``track_ids`` (video: one per detection, -1 for none) prefix the captions as "#id".
 
     ``masks`` align with the detections and are consumed one at a time (a generator that pastes each
     mask on demand keeps one pasted mask in memory at a time).
@@ -120,6 +122,8 @@ def draw_detections(
     for i, (x1, y1, x2, y2) in enumerate(boxes):
         class_id = int(detections.classes[i])
         caption = f"{labels[class_id].name} {float(detections.scores[i]):.2f}"
+        if track_ids is not None and track_ids[i] >= 0:
+            caption = f"#{track_ids[i]} {caption}"
         (text_w, text_h), baseline = cv2.getTextSize(caption, cv2.FONT_HERSHEY_SIMPLEX, font_scale, 1)
         left, top = place_caption(
             (x1, y1, x2, y2), (text_w + 2, text_h + baseline + 2), (width, height), taken
@@ -158,6 +162,7 @@ def render_detections(
     fmt: ImageFormat = "jpeg",
     masks: Iterable[PastedMask] | None = None,
     grid: Sequence[tuple[int, int, int, int]] = (),
+    track_ids: Sequence[int] | None = None,
 ) -> bytes:
-    """The boxed image, encoded: what ``format=jpeg|png`` returns."""
-    return encode_image(draw_detections(image_rgb, detections, labels, masks, grid), fmt)
+    """The boxed image, encoded: what ``format=jpeg|png`` returns (and a stream's snapshot)."""
+    return encode_image(draw_detections(image_rgb, detections, labels, masks, grid, track_ids), fmt)

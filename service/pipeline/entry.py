@@ -1,10 +1,11 @@
 """The one way a request reaches a model, whatever its protocol: `DetectionPipeline`.
 
-Every caller (/detect, the Open Inference Protocol's infer) goes through it the same way::
+Every caller (/detect, the Open Inference Protocol's infer, stream sessions) goes through it the same way::
 
     async with pipeline.admit(model, started_at, gone=...) as run:  # deadline; 429 at once when overloaded
         images = await run.hold_input(read_body(...))  # its memory held until inference is done
         result = await run.detect(images, options)  # or run.infer_encoded / run.infer_tensors
+        # or, for decoded video frames: await run.detect_frames(frames, params)
 
 From there `PipelineRequest` owns the request: it reads the images' headers and checks their cost (on
 the event loop when the input is small, else in a worker thread), admits the images against the queue
@@ -29,9 +30,11 @@ from typing import Literal, Protocol, TypeVar
 
 import numpy as np
 
+from contract.geometry import BoxTransform, resize_for_network
+from contract.manifest import InputSpec
 from service.capture.recorder import Candidates, ModelIdentity, Prediction, SampleCapture
 from service.errors import BadRequest
-from service.imaging.postprocess import DetectParams
+from service.imaging.postprocess import DetectParams, KeptDetections, select_detections
 from service.imaging.render import ImageFormat
 from service.imaging.tiling import Tiling
 from service.pipeline.detect import (
@@ -52,6 +55,7 @@ from service.pipeline.tasks import Gone, cancel_when_gone
 from service.pipeline.timing import RequestStages
 from service.runtime import tracing
 from service.runtime.admission import Resources
+from service.runtime.batcher import Priority
 from service.runtime.model_runtime import LoadedModel
 from service.schemas import DetectionResult
 
@@ -110,7 +114,13 @@ class DetectionPipeline:
 
     @asynccontextmanager
     async def admit(
-        self, model: LoadedModel, started_at: float, *, gone: Gone | None = None
+        self,
+        model: LoadedModel,
+        started_at: float,
+        *,
+        gone: Gone | None = None,
+        timeout_s: float | None = None,
+        priority: Priority = "interactive",
     ) -> AsyncIterator[PipelineRequest]:
         """One request for ``model`` that arrived at ``started_at`` (`time.monotonic`), for the block.
 
@@ -118,12 +128,14 @@ class DetectionPipeline:
         429; `ServiceUnavailable`, 503) when the model could not take even one image by then, before any
         input is read. ``gone`` returns when the caller went away: queued work is then cancelled
         (`ClientClosedRequest`). Whatever the request holds is given back when the block ends.
+        ``timeout_s`` replaces the request timeout (a stream frame: its lag bound); ``priority`` places its
+        images in the batcher (stream frames go after interactive requests: `service.runtime.batcher`).
         """
-        deadline = started_at + self.request_timeout_s
-        model.admit(1, deadline)
+        deadline = started_at + (self.request_timeout_s if timeout_s is None else timeout_s)
+        model.admit(1, deadline, priority)
         async with AsyncExitStack() as held:
             inputs = await held.enter_async_context(AsyncExitStack())
-            yield PipelineRequest(self, model, started_at, deadline, gone, held, inputs)
+            yield PipelineRequest(self, model, started_at, deadline, gone, held, inputs, priority)
 
 
 class PipelineRequest:
@@ -138,8 +150,10 @@ class PipelineRequest:
         gone: Gone | None,
         held: AsyncExitStack,
         inputs: AsyncExitStack,
+        priority: Priority = "interactive",
     ):
         self.model = model
+        self.priority = priority
         self.started_at = started_at
         self.deadline = deadline
         self.stages = RequestStages(model.metrics, tracing.REQUEST_SPAN.get())
@@ -209,6 +223,28 @@ class PipelineRequest:
         prepared, outputs = await self._run(images, None, tiling)
         return contract_outputs(self.model, prepared, outputs, tiling.merge)
 
+    async def detect_frames(self, frames: Sequence[np.ndarray], params: DetectParams) -> list[KeptDetections]:
+        """Each decoded frame's (RGB ``uint8 [H, W, 3]``) detections in its own pixels, filtered by
+        ``params``: resized in a worker thread, queued together at the request's priority."""
+        self._admit(len(frames))
+        spec = self.model.manifest.input
+        pixels = sum(frame.shape[0] * frame.shape[1] for frame in frames)
+        started = time.perf_counter()
+        views = await self._resources.scheduler.run(pixels, _frame_views, frames, spec)
+        self.stages.stage("preprocess", time.perf_counter() - started)
+        network_inputs = [network_input for network_input, _ in views]
+        outputs = await cancel_when_gone(
+            self._gone, infer(self.model, network_inputs, self.deadline, self.stages, self.priority)
+        )
+        started = time.perf_counter()
+        manifest = self.model.manifest
+        kept = [
+            select_detections(output, transform, manifest, params)
+            for output, (_, transform) in zip(outputs, views, strict=True)
+        ]
+        self.stages.stage("postprocess", time.perf_counter() - started)
+        return kept
+
     async def infer_tensors(self, images: Sequence[np.ndarray]) -> list[Outputs]:
         """Each network-sized image's (``uint8 [H, W, 3]``) contract outputs."""
         self._admit(len(images))
@@ -262,5 +298,10 @@ class PipelineRequest:
 
     def _admit(self, images: int) -> None:
         """Admit the request's ``images`` against the queue, and count it in flight from here on."""
-        self.model.admit(images, self.deadline)
+        self.model.admit(images, self.deadline, self.priority)
         self._held.enter_context(self._pipeline.in_flight.admitted())
+
+
+def _frame_views(frames: Sequence[np.ndarray], spec: InputSpec) -> list[tuple[np.ndarray, BoxTransform]]:
+    """Each frame's network input and the mapping of its boxes back to the frame's pixels."""
+    return [resize_for_network(frame, spec) for frame in frames]
