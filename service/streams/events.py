@@ -50,6 +50,7 @@ class EventHub:
         for queue in self._queues:
             if queue.full():
                 queue.get_nowait()
+                self._on_missed(1)
             queue.put_nowait(_END)
 
     @asynccontextmanager

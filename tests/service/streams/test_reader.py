@@ -1,0 +1,108 @@
+"""The reader thread against sources this test serves on 127.0.0.1: it keeps only the newest frame,
+counts what it drops, and turns every broken source into a visible state with its reason, within its
+timeouts, never a stuck thread."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from service_testkit import wait_until
+
+from service.bench.stream_sources import SourceServer
+from service.streams.reader import Frame, FrameReader, NewestFrame, ReaderConfig, scaled_size
+from service.streams.sources import PROTOCOL_WHITELIST
+from service.streams.state import SessionState
+
+
+@pytest.fixture(scope="module")
+def source() -> Iterator[SourceServer]:
+    with SourceServer(fps=15, width=160, height=120, cycle=8) as server:
+        yield server
+
+
+def reader_for(url: str, *, fps: float = 15, max_pixels: int = 1 << 24, attempts: int = 3) -> FrameReader:
+    config = ReaderConfig(url, fps, max_pixels, 1.0, 1.0, 0.05, 0.2, attempts, PROTOCOL_WHITELIST)
+    reader = FrameReader(config, NewestFrame(lambda: None), SessionState())
+    reader.start()
+    return reader
+
+
+def take(reader: FrameReader, timeout: float = 10.0) -> Frame:
+    deadline = time.monotonic() + timeout
+    while (frame := reader.slot.take()) is None:
+        assert time.monotonic() < deadline, f"no frame; state {reader.state.value}: {reader.state.last_error}"
+        time.sleep(0.01)
+    return frame
+
+
+def test_an_mjpeg_camera_runs_and_unread_frames_are_dropped_not_queued(source: SourceServer) -> None:
+    reader = reader_for(source.url("mjpeg/reader"))
+    try:
+        first = take(reader)
+        assert reader.state.value == "running"
+        assert first.image.shape == (120, 160, 3) and first.image.dtype.name == "uint8"
+        time.sleep(0.5)  # nobody takes: ~7 frames arrive, the slot keeps one
+        newest = take(reader)
+        assert newest.number > first.number + 3
+        assert reader.slot.dropped >= 3
+        assert reader.slot.take() is None  # only one frame was held
+        assert reader.size == (160, 120)
+    finally:
+        assert reader.stop(2.0)
+
+
+def test_frames_over_the_session_fps_are_skipped_before_conversion(source: SourceServer) -> None:
+    reader = reader_for(source.url("mjpeg/slow"), fps=5)
+    try:
+        take(reader)
+        wait_until(lambda: reader.frames_read >= 20, what="20 frames read")
+        assert reader.frames_skipped >= reader.frames_read // 2
+    finally:
+        assert reader.stop(2.0)
+
+
+def test_a_large_frame_is_scaled_down_to_the_pixel_bound(source: SourceServer) -> None:
+    reader = reader_for(source.url("mjpeg/small"), max_pixels=80 * 60)
+    try:
+        frame = take(reader)
+        assert frame.image.shape[0] * frame.image.shape[1] <= 80 * 60
+        assert frame.image.shape[:2] == (60, 80)
+    finally:
+        assert reader.stop(2.0)
+    assert scaled_size(7680, 4320, 1920 * 1080) == (1920, 1080)
+
+
+def test_an_mp4_over_http_plays_and_is_reopened_at_its_end(source: SourceServer) -> None:
+    reader = reader_for(source.url("clip.mp4"))
+    try:
+        take(reader)
+        wait_until(lambda: reader.reconnects >= 1, timeout=10, what="the clip to end and reopen")
+        assert reader.state.last_error == "the source ended"
+        take(reader)  # frames again after the reconnect
+    finally:
+        assert reader.stop(2.0)
+
+
+@pytest.mark.parametrize(
+    ("path", "reason"),
+    [("garbage", "Invalid data"), ("silent", "timed out"), ("stall", "timed out"), ("nothing-here", "404")],
+)
+def test_a_broken_source_ends_in_error_with_its_reason(source: SourceServer, path: str, reason: str) -> None:
+    reader = reader_for(source.url(path), attempts=2)
+    started = time.monotonic()
+    wait_until(lambda: reader.state.value == "error", timeout=10, what=f"{path}: state error")
+    # Two attempts, each bounded by the 1 s open/read timeout, and one 0.05 s backoff.
+    assert time.monotonic() - started < 5
+    assert reason in (reader.state.last_error or "")
+    assert "2 attempts in a row" in (reader.state.last_error or "")
+    assert reader.stop(2.0)
+
+
+def test_stop_does_not_wait_for_a_silent_source_longer_than_its_read_timeout(source: SourceServer) -> None:
+    reader = reader_for(source.url("silent"), attempts=0)
+    wait_until(lambda: reader.frames_read == 0 and reader.state.value == "starting", what="opening")
+    started = time.monotonic()
+    assert reader.stop(3.0)
+    assert time.monotonic() - started < 2.0
