@@ -1,11 +1,12 @@
 """The one way a request reaches a model, whatever its protocol: `DetectionPipeline`.
 
-Every caller (/detect, the Open Inference Protocol's infer, stream sessions) goes through it the same way::
+Every caller (/detect, the Open Inference Protocol's infer, video files and streams) goes through it the
+same way::
 
     async with pipeline.admit(model, started_at, gone=...) as run:  # deadline; 429 at once when overloaded
         images = await run.hold_input(read_body(...))  # its memory held until inference is done
         result = await run.detect(images, options)  # or run.infer_encoded / run.infer_tensors
-        # or, for decoded video frames: await run.detect_frames(frames, params)
+        outcomes = await run.detect_frames(frames, params)  # already-decoded frames (video, streams)
 
 From there `PipelineRequest` owns the request: it reads the images' headers and checks their cost (on
 the event loop when the input is small, else in a worker thread), admits the images against the queue
@@ -30,11 +31,9 @@ from typing import Literal, Protocol, TypeVar
 
 import numpy as np
 
-from contract.geometry import BoxTransform, resize_for_network
-from contract.manifest import InputSpec
 from service.capture.recorder import Candidates, ModelIdentity, Prediction, SampleCapture
 from service.errors import BadRequest
-from service.imaging.postprocess import DetectParams, KeptDetections, select_detections
+from service.imaging.postprocess import DetectParams
 from service.imaging.render import ImageFormat
 from service.imaging.tiling import Tiling
 from service.pipeline.detect import (
@@ -50,6 +49,7 @@ from service.pipeline.detect import (
     postprocess,
     prepare_images,
 )
+from service.pipeline.frames import prepare_frames
 from service.pipeline.inputs import ImageUpload
 from service.pipeline.tasks import Gone, cancel_when_gone
 from service.pipeline.timing import RequestStages
@@ -162,6 +162,7 @@ class PipelineRequest:
         self._gone = gone
         self._held = held
         self._inputs = inputs
+        self._counted = False  # in the in-flight count (from its first admitted image on)
 
     async def hold_input(self, source: AbstractAsyncContextManager[T]) -> T:
         """Enter ``source`` (e.g. reading a body into the body memory budget) and return what it gives;
@@ -223,28 +224,6 @@ class PipelineRequest:
         prepared, outputs = await self._run(images, None, tiling)
         return contract_outputs(self.model, prepared, outputs, tiling.merge)
 
-    async def detect_frames(self, frames: Sequence[np.ndarray], params: DetectParams) -> list[KeptDetections]:
-        """Each decoded frame's (RGB ``uint8 [H, W, 3]``) detections in its own pixels, filtered by
-        ``params``: resized in a worker thread, queued together at the request's priority."""
-        self._admit(len(frames))
-        spec = self.model.manifest.input
-        pixels = sum(frame.shape[0] * frame.shape[1] for frame in frames)
-        started = time.perf_counter()
-        views = await self._resources.scheduler.run(pixels, _frame_views, frames, spec)
-        self.stages.stage("preprocess", time.perf_counter() - started)
-        network_inputs = [network_input for network_input, _ in views]
-        outputs = await cancel_when_gone(
-            self._gone, infer(self.model, network_inputs, self.deadline, self.stages, self.priority)
-        )
-        started = time.perf_counter()
-        manifest = self.model.manifest
-        kept = [
-            select_detections(output, transform, manifest, params)
-            for output, (_, transform) in zip(outputs, views, strict=True)
-        ]
-        self.stages.stage("postprocess", time.perf_counter() - started)
-        return kept
-
     async def infer_tensors(self, images: Sequence[np.ndarray]) -> list[Outputs]:
         """Each network-sized image's (``uint8 [H, W, 3]``) contract outputs."""
         self._admit(len(images))
@@ -254,6 +233,41 @@ class PipelineRequest:
         )
         await self._inputs.aclose()  # inference is done: the input is no longer needed
         return outputs
+
+    async def detect_frames(
+        self,
+        frames: Sequence[np.ndarray],
+        params: DetectParams,
+        *,
+        labels: Sequence[str] | None = None,
+        keep_frames: bool = False,
+    ) -> list[ImageOutcome]:
+        """Detections of already-decoded RGB ``uint8 [H, W, 3]`` frames (a video file's, a stream's) in
+        their pixels; each frame is an item of the model's batcher like an uploaded image, and the frames
+        of one call are queued together so they can share a batch (with other requests' images too).
+
+        A video outlives one request's deadline: each call is admitted against the queue (429 when it
+        could not start in time) with its own deadline, the request timeout from now. The frames' memory
+        is the caller's to hold (see `service.video`); with ``keep_frames`` each outcome keeps its frame
+        (to draw on). ``labels`` name the frames in errors (default ``frames[i]``). A stream frame (priority
+        ``stream``) keeps the deadline it was admitted with instead: its lag bound from capture.
+        """
+        if self.priority == "stream":
+            deadline = self.deadline
+        else:
+            deadline = time.monotonic() + self._pipeline.request_timeout_s
+        self.model.admit(len(frames), deadline, self.priority)
+        if not self._counted:
+            self._held.enter_context(self._pipeline.in_flight.admitted())
+            self._counted = True
+        names = list(labels) if labels is not None else [f"frames[{i}]" for i in range(len(frames))]
+        pixels = sum(frame.shape[0] * frame.shape[1] for frame in frames)
+        prepared = await self._resources.scheduler.run(
+            pixels, prepare_frames, self.model, frames, names, keep_frames, self.stages
+        )
+        network_inputs = [item.views[0].network_input for item in prepared]
+        outputs = await infer(self.model, network_inputs, deadline, self.stages, self.priority)
+        return postprocess(self.model, prepared, outputs, params, self.stages)
 
     def server_timing(self) -> str:
         """The ``Server-Timing`` value: each stage so far, and the total since arrival."""
@@ -300,8 +314,4 @@ class PipelineRequest:
         """Admit the request's ``images`` against the queue, and count it in flight from here on."""
         self.model.admit(images, self.deadline, self.priority)
         self._held.enter_context(self._pipeline.in_flight.admitted())
-
-
-def _frame_views(frames: Sequence[np.ndarray], spec: InputSpec) -> list[tuple[np.ndarray, BoxTransform]]:
-    """Each frame's network input and the mapping of its boxes back to the frame's pixels."""
-    return [resize_for_network(frame, spec) for frame in frames]
+        self._counted = True

@@ -199,7 +199,9 @@ class StreamSession:
             async with self._pipeline.admit(
                 model, frame.captured_at, timeout_s=self._limits.max_lag_s, priority="stream"
             ) as run:
-                return (await run.detect_frames([frame.image], params))[0]
+                return (await run.detect_frames([frame.image], params, labels=[f"stream {self.id}"]))[
+                    0
+                ].detections
 
     def _drop(self, reason: str) -> None:
         self.dropped[reason] += 1

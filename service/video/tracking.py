@@ -1,0 +1,192 @@
+"""ByteTrack: track ids for the detections of successive frames of one video or stream.
+
+One `Tracker` per video request or stream session; frames are given in order::
+
+    tracker = Tracker(TrackerConfig.for_fps(15.0))
+    for detections in frames:  # boxes float [N, 4] x1, y1, x2, y2 (any pixel unit), scores float [N]
+        track_ids = tracker.update(detections.boxes, detections.scores)  # int64 [N], -1 = no track (yet)
+
+The algorithm is ByteTrack (Zhang et al., ECCV 2022) as Roboflow's ``trackers`` package (2.6,
+``ByteTrackTracker``) runs it at a fixed frame rate, and it gives the same track ids on the same inputs
+(tests/service/video/test_tracking.py): a constant-velocity Kalman filter on the box corners predicts
+every track; high-score detections are matched to all tracks by IoU (optimal assignment), then low-score
+detections to the tracks left over (this recovers occluded objects whose score dropped); a high-score
+detection left unmatched starts a track, which gets its id once it has been matched on
+``min_frames`` consecutive frames; a track unmatched for more than ``lost_frames`` frames ends.
+
+Written here rather than imported because the library needs supervision (matplotlib, scipy) and
+opencv-python, about 170 MB more in the serving install and an OpenCV that conflicts with the service's
+opencv-python-headless; this module needs numpy and ``lap`` (2.4 MB), the assignment solver of ByteTrack's
+reference code. Tracking is class-agnostic, as the library's: a track keeps its id if the class flips.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import lap
+import numpy as np
+
+
+@dataclass(frozen=True)
+class TrackerConfig:
+    """ByteTrack's knobs (the library's defaults at 30 frames per second)."""
+
+    high_threshold: float = 0.6  # detections at or above: first association; below: second
+    activation_threshold: float = 0.7  # an unmatched detection at or above starts a track
+    match_iou: float = 0.1  # an assignment needs at least this IoU
+    lost_frames: int = 30  # a track unmatched for more frames than this ends
+    min_frames: int = 2  # consecutive matched frames before a track gets its id
+
+    @classmethod
+    def for_fps(cls, fps: float, lost_s: float = 1.0) -> TrackerConfig:
+        """The defaults for frames processed at ``fps`` per second, keeping lost tracks ``lost_s`` seconds."""
+        if not fps > 0:
+            raise ValueError(f"fps must be > 0, got {fps!r}")
+        return cls(lost_frames=max(1, math.ceil(lost_s * fps)))
+
+
+class _BoxFilter:
+    """Constant-velocity Kalman filter on ``[x1, y1, x2, y2, vx1, vy1, vx2, vy2]``, measuring the corners;
+    ByteTrack's noise: measurement 0.1, process 0.01, initial state covariance identity."""
+
+    _F = np.eye(8) + np.eye(8, k=4)  # position += velocity, one frame per step
+    _H = np.eye(4, 8)
+    _Q = np.eye(8) * 0.01
+    _R = np.eye(4) * 0.1
+
+    def __init__(self, box: np.ndarray):
+        self.x = np.zeros(8)
+        self.x[:4] = box
+        self.p = np.eye(8)
+
+    def predict(self) -> None:
+        self.x = self._F @ self.x
+        self.p = self._F @ self.p @ self._F.T + self._Q
+
+    def update(self, box: np.ndarray) -> None:
+        innovation = box - self._H @ self.x
+        pht = self.p @ self._H.T
+        gain = pht @ np.linalg.inv(self._H @ pht + self._R)
+        self.x = self.x + gain @ innovation
+        i_kh = np.eye(8) - gain @ self._H
+        self.p = i_kh @ self.p @ i_kh.T + gain @ self._R @ gain.T  # Joseph form: stays symmetric
+
+    @property
+    def box(self) -> np.ndarray:
+        return self.x[:4]
+
+
+class _Track:
+    def __init__(self, box: np.ndarray):
+        self.filter = _BoxFilter(box)
+        self.track_id = -1  # until matched on min_frames consecutive frames
+        self.missed = 0  # frames since the last match
+        self.streak = 1  # consecutive matched frames (the first detection counts)
+
+    def predict(self) -> None:
+        self.filter.predict()
+        if self.missed > 0:
+            self.streak = 0
+        self.missed += 1
+
+    def update(self, box: np.ndarray) -> None:
+        self.filter.update(box)
+        self.missed = 0
+        self.streak += 1
+
+
+def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IoU of every box of ``a`` [N, 4] with every box of ``b`` [M, 4] (x1, y1, x2, y2) -> [N, M]."""
+    if len(a) == 0 or len(b) == 0:
+        return np.zeros((len(a), len(b)))
+    top_left = np.maximum(a[:, None, :2], b[None, :, :2])
+    bottom_right = np.minimum(a[:, None, 2:], b[None, :, 2:])
+    inter = np.prod(np.clip(bottom_right - top_left, 0, None), axis=2)
+    area_a = np.prod(np.clip(a[:, 2:] - a[:, :2], 0, None), axis=1)
+    area_b = np.prod(np.clip(b[:, 2:] - b[:, :2], 0, None), axis=1)
+    union = area_a[:, None] + area_b[None, :] - inter
+    iou: np.ndarray = np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)
+    return iou
+
+
+def _assign(iou: np.ndarray, min_iou: float) -> tuple[list[tuple[int, int]], list[int], list[int]]:
+    """The assignment of rows (tracks) to columns (detections) of largest total IoU, keeping pairs with at
+    least ``min_iou``; then the rows and the columns left unmatched, in order."""
+    rows, cols = iou.shape
+    matched: list[tuple[int, int]] = []
+    if rows and cols:
+        _, row_to_col, _ = lap.lapjv(1.0 - iou, extend_cost=True)
+        matched = [(r, int(c)) for r, c in enumerate(row_to_col) if c >= 0 and iou[r, c] >= min_iou]
+    used_rows = {r for r, _ in matched}
+    used_cols = {c for _, c in matched}
+    return (
+        matched,
+        [r for r in range(rows) if r not in used_rows],
+        [c for c in range(cols) if c not in used_cols],
+    )
+
+
+class Tracker:
+    """The tracks of one sequence of frames (see the module's docstring). Not thread-safe: one caller."""
+
+    def __init__(self, config: TrackerConfig | None = None):
+        self.config = config or TrackerConfig()
+        self._tracks: list[_Track] = []
+        self._next_id = 0
+        self.frames = 0
+
+    @property
+    def ids_given(self) -> int:
+        """Track ids handed out so far (ids are 0, 1, ... in order of confirmation)."""
+        return self._next_id
+
+    @property
+    def active(self) -> int:
+        """Confirmed tracks alive now (matched on this frame, or lost for at most ``lost_frames``)."""
+        return sum(1 for track in self._tracks if track.track_id >= 0)
+
+    def update(self, boxes: np.ndarray, scores: np.ndarray) -> np.ndarray:
+        """The next frame's detections, ``boxes`` float [N, 4] (x1, y1, x2, y2) and ``scores`` float [N]
+        -> each detection's track id, int64 [N] in the input's order (-1: not tracked, or not yet).
+
+        Raises `ValueError` when the shapes disagree.
+        """
+        boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+        scores = np.asarray(scores, dtype=np.float64).reshape(-1)
+        if len(boxes) != len(scores):
+            raise ValueError(f"{len(boxes)} boxes but {len(scores)} scores")
+        self.frames += 1
+        ids = np.full(len(boxes), -1, dtype=np.int64)
+        cfg = self.config
+        for track in self._tracks:
+            track.predict()
+        predicted = np.array([t.filter.box for t in self._tracks]).reshape(-1, 4)
+        high = np.flatnonzero(scores >= cfg.high_threshold)
+        low = np.flatnonzero(scores < cfg.high_threshold)
+
+        matched, left_tracks, left_high = _assign(box_iou(predicted, boxes[high]), cfg.match_iou)
+        for row, col in matched:
+            ids[high[col]] = self._matched(self._tracks[row], boxes[high[col]])
+        remaining = [self._tracks[r] for r in left_tracks]
+        matched, _, _ = _assign(box_iou(predicted[left_tracks], boxes[low]), cfg.match_iou)
+        for row, col in matched:
+            ids[low[col]] = self._matched(remaining[row], boxes[low[col]])
+        for col in left_high:
+            if scores[high[col]] >= cfg.activation_threshold:
+                self._tracks.append(_Track(boxes[high[col]]))
+        self._tracks = [
+            t
+            for t in self._tracks
+            if t.missed <= cfg.lost_frames
+            and (t.track_id >= 0 or t.streak >= cfg.min_frames or t.missed == 0)
+        ]
+        return ids
+
+    def _matched(self, track: _Track, box: np.ndarray) -> int:
+        track.update(box)
+        if track.track_id < 0 and track.streak >= self.config.min_frames:
+            track.track_id = self._next_id
+            self._next_id += 1
+        return track.track_id
