@@ -58,8 +58,16 @@ def encode_mp4(frames: list[np.ndarray], fps: int) -> bytes:
 class SourceServer:
     """See the module docstring. ``url(path)`` is the address of a path on this server."""
 
-    def __init__(self, fps: float = 15.0, width: int = 640, height: int = 480, cycle: int = 30):
-        frames = synthetic_frames(width, height, cycle)
+    def __init__(
+        self,
+        fps: float = 15.0,
+        width: int = 640,
+        height: int = 480,
+        cycle: int = 30,
+        frames: list[np.ndarray] | None = None,
+    ):
+        """``frames`` (RGB) replace the synthetic ones (``width``, ``height`` and ``cycle`` are then unused)."""
+        frames = frames if frames is not None else synthetic_frames(width, height, cycle)
         self.fps = fps
         self.jpegs = [simplejpeg.encode_jpeg(f, quality=85, colorspace="RGB") for f in frames]
         self.mp4 = encode_mp4(frames, int(round(fps)))
