@@ -3,9 +3,10 @@
 The repository is scanned when the app is created (a broken one raises `RepositoryError` at once), and
 so are the API keys (a missing key file raises `ApiKeyError`); the lifespan then loads, warms up and
 starts every model in the background, so liveness answers immediately and readiness turns true when
-all models serve. Stream sessions (`service.streams`) are owned by one `StreamManager`, which opens the
-declared streams once the pipeline exists and stops every session first on shutdown. With ``grpc_port`` set, the Open Inference Protocol's gRPC server (`service.grpc`) starts
-and stops in the same lifespan. On shutdown the batchers drain.
+all models serve. With ``grpc_port`` set, the Open Inference Protocol's gRPC server (`service.grpc`) starts
+and stops in the same lifespan. On shutdown the batchers drain. Stream sessions (`service.streams`) are
+owned by one `StreamManager`: it reads the declared streams when the app is created (a bad settings file
+raises), opens them once the pipeline exists, and stops every session first on shutdown.
 """
 
 from __future__ import annotations
@@ -39,9 +40,9 @@ from service.settings import Settings
 from service.streams.manager import StreamManager
 from service.streams.metrics import StreamMetrics
 from service.streams.session import FrameTracker
-from service.video.tracking import Tracker, TrackerConfig
 from service.v2 import repository_routes as v2_repository
 from service.v2 import routes as v2_models
+from service.video.tracking import Tracker, TrackerConfig
 
 
 def _package_version() -> str:

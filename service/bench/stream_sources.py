@@ -30,9 +30,16 @@ SAMPLES = Path(__file__).resolve().parent.parent / "static" / "samples"
 BOUNDARY = "frame"
 
 
+def _read_rgb(path: Path) -> np.ndarray:
+    image = cv2.imread(str(path))
+    if image is None:
+        raise FileNotFoundError(f"cannot read the sample image {str(path)!r}")
+    return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
+
+
 def synthetic_frames(width: int, height: int, count: int) -> list[np.ndarray]:
     """``count`` RGB frames: the sample images side by side, sliding one pixel step per frame."""
-    tiles = [cv2.cvtColor(cv2.imread(str(p)), cv2.COLOR_BGR2RGB) for p in sorted(SAMPLES.glob("*.jpg"))]
+    tiles = [_read_rgb(p) for p in sorted(SAMPLES.glob("*.jpg"))]
     strip = np.concatenate([cv2.resize(t, (height, height), interpolation=cv2.INTER_AREA) for t in tiles], 1)
     strip = np.concatenate([strip, strip], axis=1)  # wraps around
     span = strip.shape[1] // 2
@@ -66,11 +73,11 @@ class SourceServer:
         cycle: int = 30,
         frames: list[np.ndarray] | None = None,
     ):
-        """``frames`` (RGB) replace the synthetic ones (``width``, ``height`` and ``cycle`` are then unused)."""
+        """``frames`` (RGB) replace the synthetic ones (``width``, ``height``, ``cycle`` then unused)."""
         frames = frames if frames is not None else synthetic_frames(width, height, cycle)
         self.fps = fps
         self.jpegs = [simplejpeg.encode_jpeg(f, quality=85, colorspace="RGB") for f in frames]
-        self.mp4 = encode_mp4(frames, int(round(fps)))
+        self.mp4 = encode_mp4(frames, round(fps))
         self.stop_event = threading.Event()
         self.sent: dict[str, int] = {}  # frames sent per MJPEG path
         handler = type("Handler", (_Handler,), {"source": self})
@@ -102,10 +109,10 @@ class _Handler(BaseHTTPRequestHandler):
     source: SourceServer
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
-    def do_GET(self) -> None:  # noqa: N802 - the base class's name
+    def do_GET(self) -> None:
         src = self.source
         try:
             if self.path.startswith("/mjpeg/"):

@@ -89,6 +89,7 @@ async def stream_snapshot(stream_id: str, streams: StreamsDep, resources: Resour
     data = await resources.scheduler.run(0, session.snapshot_jpeg)
     if data is None:
         raise ServiceUnavailable(
-            f"stream {stream_id!r} has no processed frame yet (state {session.current_state})", retry_after_s=1
+            f"stream {stream_id!r} has no processed frame yet (state {session.current_state})",
+            retry_after_s=1,
         )
     return Response(data, media_type="image/jpeg", headers={"Cache-Control": "no-store"})

@@ -13,8 +13,9 @@ import cv2
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
-from service_testkit import wait_until
+from service_testkit import make_settings, wait_until
 
+from service.app import create_app
 from service.bench.stream_sources import SourceServer
 
 MakeClient = Callable[..., TestClient]
@@ -98,7 +99,7 @@ def test_a_session_runs_sends_tracked_events_and_is_deleted(
     assert client.delete(f"/v1/streams/{stream_id}").status_code == 204
     reading.join(10)
     assert not reading.is_alive()
-    frames = [json.loads(line[6:]) for line in body[0].splitlines() if line.startswith("data: {\"")]
+    frames = [json.loads(line[6:]) for line in body[0].splitlines() if line.startswith('data: {"')]
     assert len(frames) >= 3 and body[0].rstrip().endswith("data: {}")  # the end event
     numbers = [f["frame"] for f in frames]
     assert numbers == sorted(numbers)
@@ -174,9 +175,6 @@ def test_streams_of_the_settings_file_start_with_the_server(
 def test_a_settings_file_outside_the_allowed_sources_stops_the_server_from_starting(
     toy_repo: Path, source: SourceServer, tmp_path: Path
 ) -> None:
-    from service.app import create_app
-    from service_testkit import make_settings
-
     declared = tmp_path / "streams.json"
     declared.write_text(json.dumps([{"id": "x", "url": "http://127.0.0.1:9/elsewhere"}]))
     with pytest.raises(Exception, match="allowed source prefix"):
