@@ -21,6 +21,7 @@ import pytest
 from pycocotools import mask as mask_utils
 from service_testkit import PROJECT, Server, add_toy_model, encode
 
+from service.bench.stream_sources import SourceServer
 from service.http.web import SAMPLES_DIR
 
 CHROMIUM = shutil.which("chromium")
@@ -35,13 +36,26 @@ WAIT_S = 30
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """The committed default model beside a toy mask model, the default declared by the repository."""
+def cameras() -> Iterator[SourceServer]:
+    """Synthetic MJPEG cameras on 127.0.0.1 for the video tab (small and slow: the page, not the load)."""
+    with SourceServer(fps=5, width=320, height=240, cycle=10) as source:
+        yield source
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, cameras: SourceServer) -> Iterator[Server]:
+    """The committed default model beside a toy mask model, the default declared by the repository;
+    stream sessions may open the test's cameras."""
     repo = tmp_path_factory.mktemp("web_repo")
     (repo / "ssd300-synth").symlink_to(PROJECT / "models" / "ssd300-synth")
     add_toy_model(repo, "toy-masks", mask_size=(8, 8))
     (repo / "default").write_text("ssd300-synth\n")
-    server = Server(repo, {"DETECT_INTRA_OP_THREADS": "1", "DETECT_WORKER_THREADS": "2"})
+    env = {
+        "DETECT_INTRA_OP_THREADS": "1",
+        "DETECT_WORKER_THREADS": "2",
+        "DETECT_STREAM_SOURCES": cameras.base_url,
+    }
+    server = Server(repo, env)
     try:
         server.wait_until(
             lambda: httpx.get(f"{server.url}/health/ready", timeout=5).status_code == 200, "readiness"
@@ -272,3 +286,40 @@ def test_page_tiles_on_request_and_draws_the_grid(browser: Any, server: Server, 
     # The grid is white, drawn over the image: that pixel brightens in every channel.
     brighter = " && ".join(f"Array.from({pixel})[{c}] > {before[c] + 15}" for c in range(3))
     wait_for(browser, brighter, "the tile grid drawn")
+
+
+def test_video_tab_shows_a_streams_frames_with_track_ids_live(
+    browser: Any, server: Server, cameras: SourceServer, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    created = httpx.post(f"{server.url}/v1/streams", json={"url": cameras.url("mjpeg/page"), "fps": 5})
+    assert created.status_code == 201, created.text
+    stream_id = created.json()["id"]
+    try:
+        browser.get(f"{server.url}/")
+        browser.find_element(By.ID, "tab-video").click()
+        assert browser.find_element(By.ID, "image-tab").get_attribute("hidden") is not None
+        wait_for(browser, "window.detectVideo.events >= 4 && window.detectVideo.snapshots >= 1", "frames")
+        assert browser.execute_script("return window.detectVideo.stream") == stream_id
+        # One script sees the event and the table together (the page fills the table as it takes the event).
+        event, rows = browser.execute_script(
+            "return [window.detectVideo.lastEvent, [...document.querySelectorAll('#tracks tbody tr')]"
+            ".map((row) => [...row.cells].map((cell) => cell.textContent))]"
+        )
+        expected = [
+            [str(d["track_id"]) if d["track_id"] is not None else "-", d["label"], f"{d['score']:.2f}"]
+            for d in event["detections"]
+        ]
+        assert [row[:3] for row in rows] == expected
+        assert event["width"] == 320 and event["height"] == 240 and event["detections"]
+        # The sample shapes are found with high scores: tracked, with ids, after the first frames.
+        assert any(d["track_id"] is not None for d in event["detections"])
+        size = browser.execute_script(
+            "const i = document.getElementById('snapshot'); return [i.naturalWidth, i.naturalHeight]"
+        )
+        assert size == [320, 240]
+        assert "running" in browser.find_element(By.ID, "stream-info").text
+        browser.save_screenshot(str(tmp_path / "page-video-tab.png"))
+    finally:
+        assert httpx.delete(f"{server.url}/v1/streams/{stream_id}").status_code == 204
