@@ -7,6 +7,7 @@
 (() => {
   const $ = (id) => document.getElementById(id);
   const SNAPSHOT_EVERY_MS = 200; // at most 5 snapshots a second, whatever the stream's fps
+  const INFO_EVERY_MS = 1000; // the stream's state and rates, once a second
   const video = {
     streams: [], // GET /v1/streams entries
     stream: null, // the selected id
@@ -142,6 +143,16 @@
     );
     fillTable(event.detections);
     refreshSnapshot(id);
+    refreshInfo(id);
+  }
+
+  let infoAt = 0;
+  async function refreshInfo(id) {
+    const now = performance.now();
+    if (now - infoAt < INFO_EVERY_MS) return;
+    infoAt = now;
+    const response = await fetch(`/v1/streams/${encodeURIComponent(id)}`, { headers: headers() });
+    if (response.ok && video.stream === id) $("stream-info").textContent = describe(await response.json());
   }
 
   function fillTable(detections) {

@@ -8,6 +8,7 @@ only when its scheme is rtsp, rtsps, http or https and it starts with one of the
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import uuid
@@ -78,8 +79,9 @@ class StreamManager:
     async def stop(self, timeout_s: float) -> None:
         self._stopping = True
         sessions, self._sessions = list(self._sessions.values()), {}
+        # Together: each reader may take up to its read timeout to notice.
+        await asyncio.gather(*(session.stop(timeout_s) for session in sessions))
         for session in sessions:
-            await session.stop(timeout_s)
             self._forget(session)
 
     def require_enabled(self) -> None:

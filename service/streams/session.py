@@ -170,7 +170,8 @@ class StreamSession:
         try:
             detections = await self._detect(frame)
         except (QueueFull, DeadlineExceeded) as exc:
-            self._drop("shed" if isinstance(exc, QueueFull) else "expired")
+            late = time.monotonic() > frame.captured_at + self._limits.max_lag_s
+            self._drop("expired" if late or isinstance(exc, DeadlineExceeded) else "shed")
             return
         except ServiceError as exc:  # model not serving (loading, swapped out, draining): a dropped frame
             self._drop("unavailable")
