@@ -37,10 +37,21 @@ class DetectQuery(BaseModel):
         "all its labels, else an index into its labels (`class_id`). At least one class: a filter naming "
         "none (empty, or only commas) is refused with 400 (leave the parameter out to keep every class)",
     )
-    format: Literal["json", "jpeg", "png"] | None = Field(
+    format: Literal["json", "jpeg", "png", "mp4"] | None = Field(
         default=None,
-        description="json, or the image with boxes drawn (one image only); default: from Accept, else json",
+        description="json, or the image with boxes drawn (one image only); default: from Accept, else json. "
+        "A video answers NDJSON (json, the default) or, with mp4, the video with boxes and track ids drawn",
     )
+    fps: float | None = Field(
+        default=None,
+        gt=0,
+        description="video: process at most this many frames per second of video time (by timestamp), "
+        "skipping the rest; default: every frame",
+    )
+    max_frames: int | None = Field(
+        default=None, gt=0, description="video: process at most this many frames; default: video_max_frames"
+    )
+    track: bool = Field(default=True, description="video: give each detection a track_id (ByteTrack)")
     tiling: Annotated[str, Field(json_schema_extra={"pattern": r"^(off|auto|\d+x\d+)$"})] | None = Field(
         default=None,
         description="tiled inference for large images: off, auto (tiles only an image more than "
@@ -94,6 +105,45 @@ class Detection(BaseModel):
         default=None,
         description="mask models with mask_format=polygon: COCO polygons [[x0, y0, x1, y1, ...], ...] in "
         "original-image pixels (vertices on pixel corners; holes are not represented)",
+    )
+
+
+class TrackedDetection(Detection):
+    track_id: int | None = Field(
+        default=None,
+        description="video: the object's track id, stable across frames (absent: not tracked, or not yet "
+        "confirmed)",
+    )
+
+
+class VideoFrameResult(BaseModel):
+    """One NDJSON line of a video answer: one processed frame."""
+
+    frame: int = Field(description="index of the frame among all decoded frames (skipped ones count)")
+    pts: float = Field(description="presentation time in seconds from the video's start")
+    width: int
+    height: int
+    detections: list[TrackedDetection]
+
+
+class VideoSummary(BaseModel):
+    """The last NDJSON line of a video answer."""
+
+    summary: Literal[True] = True
+    model: str
+    version: str
+    codec: str
+    container: str
+    fps: float | None = Field(description="the video's average frame rate, as its header says")
+    claimed_frames: int | None = Field(description="frame count the header claims (not relied on)")
+    claimed_duration_s: float | None = Field(description="duration the header claims (not relied on)")
+    frames_read: int = Field(description="frames decoded")
+    frames_processed: int
+    frames_skipped: int = Field(description="decoded frames not processed (fps)")
+    tracks: int = Field(description="track ids given")
+    stopped_by: str | None = Field(
+        default=None,
+        description="the limit that ended reading early: max_frames, max_read_frames or max_duration_s",
     )
 
 

@@ -169,6 +169,23 @@ class Settings(BaseSettings):
     # Run one inference per model before reporting ready (first runs allocate and compile kernels).
     warmup: bool = True
 
+    # Video files through POST /detect (docs/video.md). A raw body with a video/* Content-Type may be up to
+    # video_max_bytes (other bodies, multipart included: max_body_bytes), held in the body memory budget.
+    video_max_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
+    # Frame size (width * height), checked from the header before any frame is decoded.
+    video_max_pixels: int = Field(default=1920 * 1080, gt=0)
+    # Reading stops after this many decoded frames (processed or skipped) or this much video time,
+    # whatever the header claims; and after video_max_frames processed frames (requests: max_frames).
+    video_max_read_frames: int = Field(default=18_000, gt=0)
+    video_max_duration_s: float = Field(default=600.0, gt=0)
+    video_max_frames: int = Field(default=3_000, gt=0)
+    # Frames of one video decoded ahead and queued together (they may share a batch). A video request
+    # holds (decoder + 2 x this many frames, + encoder and drawing for format=mp4) x its frame pixels in
+    # the image memory budget for its whole run (docs/video.md).
+    video_frames_in_flight: int = Field(default=4, gt=0, le=64)
+    # Tracking (ByteTrack): a track unmatched for longer than this much video time ends.
+    video_track_lost_s: float = Field(default=1.0, gt=0)
+
     # Sample capture (docs/capture.md): off while capture_dir is unset, and then no image is ever stored.
     # Set, the images the model is unsure about (its top score inside capture_score_band, or fewer than
     # capture_min_detections detections at or above the display threshold) and a random share of the rest

@@ -29,6 +29,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="shapes: 160-480 px images (the built-in models' data); large: 2000-4000 px scenes with "
         "20-80 px shapes, for tiled inference",
     )
+    synth.add_argument(
+        "--video",
+        action="store_true",
+        help="write one video with ground-truth tracks instead (video.mp4 + MOT-style gt/gt.txt: shapes "
+        "moving, entering, leaving and occluding each other)",
+    )
+    synth.add_argument("--frames", type=int, default=150, help="--video: number of frames")
+    synth.add_argument("--fps", type=int, default=15, help="--video: frames per second")
+    synth.add_argument("--size", default="384x288", help="--video: WIDTHxHEIGHT")
 
     add_train_arguments(sub.add_parser("train", help="train a detector on COCO-format data"))
     add_eval_arguments(sub.add_parser("eval", help="COCO metrics of a checkpoint"))
@@ -36,6 +45,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> None:
+    if args.command == "synth" and args.video:
+        from training.data.synthetic_video import VideoConfig, generate_video
+
+        width, height = (int(v) for v in args.size.lower().split("x"))
+        video = VideoConfig(width=width, height=height, frames=args.frames, fps=args.fps)
+        print(json.dumps(generate_video(args.out, args.seed, video), indent=2))
+        return
     if args.command == "synth":
         from training.data.synthetic import generate_dataset
         from training.data.synthetic_scene import LARGE_SCENES

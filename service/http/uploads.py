@@ -3,7 +3,8 @@
 Images come as
 
 - ``multipart/form-data``: file parts named ``images`` (repeatable), ``image`` or ``file``;
-- a raw body with ``Content-Type: image/*`` or ``application/octet-stream``: one image.
+- a raw body with ``Content-Type: image/*`` or ``application/octet-stream``: one image;
+- a raw body with ``Content-Type: video/*``: one video file (up to its own size limit, `BodyReader.images`).
 
 The body is read message by message with an idle and a total timeout (408), its size is limited while
 it streams (413; a declared Content-Length over the limit is refused before reading anything), and its
@@ -19,7 +20,7 @@ import asyncio
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import AbstractAsyncContextManager, aclosing, asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
@@ -212,14 +213,15 @@ def _media_type(request: Request) -> str:
     media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if (
         media_type == "multipart/form-data"
-        or media_type.startswith("image/")
+        or media_type.startswith(("image/", "video/"))
         or media_type in RAW_MEDIA_TYPES
     ):
         return media_type
     received = f"Content-Type {media_type!r}" if media_type else "no Content-Type"
     raise UnsupportedMediaType(
         f"got {received}; send multipart/form-data with files in field 'images', or one image as the body "
-        "with Content-Type image/jpeg, image/png or application/octet-stream",
+        "with Content-Type image/jpeg, image/png or application/octet-stream, or one video as the body "
+        "with Content-Type video/mp4, video/quicktime, video/x-matroska or video/webm",
         field="content-type",
     )
 
@@ -289,13 +291,24 @@ class BodyReader:
     budget: MemoryBudget
     closing: asyncio.Event
 
-    def images(self, request: Request) -> AbstractAsyncContextManager[list[ImageUpload]]:
-        """The request's images (see `read_uploads`)."""
-        return read_uploads(request, self.limits, self.budget, self.closing)
+    def images(
+        self, request: Request, video_max_bytes: int | None = None
+    ) -> AbstractAsyncContextManager[list[ImageUpload]]:
+        """The request's images, or its one video (see `read_uploads`); a raw ``video/*`` body may be up
+        to ``video_max_bytes`` (default: the body limit)."""
+        limits = self.limits
+        if video_max_bytes is not None and is_video_body(request):
+            limits = replace(limits, max_body_bytes=video_max_bytes)
+        return read_uploads(request, limits, self.budget, self.closing)
 
     def raw(self, request: Request) -> AbstractAsyncContextManager[bytearray]:
         """The request's whole body (see `read_body`)."""
         return read_body(request, self.limits, self.budget, self.closing)
+
+
+def is_video_body(request: Request) -> bool:
+    """Whether the body is declared a video file (``Content-Type: video/*``)."""
+    return request.headers.get("content-type", "").strip().lower().startswith("video/")
 
 
 def disconnected(request: Request) -> Gone:

@@ -82,9 +82,9 @@ def draw_detections(
     grid: Sequence[tuple[int, int, int, int]] = (),
     track_ids: Sequence[int] | None = None,
 ) -> np.ndarray:
-    """A BGR copy of ``image_rgb`` with translucent masks, then boxes and "label score" captions on top;
-    ``grid`` (x0, y0, x1, y1 tiles of a tiled request), if given, drawn first as thin white frames.
-    ``track_ids`` (video: one per detection, -1 for none) prefix the captions as "#id".
+    """A BGR copy of ``image_rgb`` with translucent masks, then boxes and "label score" captions on top
+    ("label #track score" with ``track_ids``, where one is >= 0); ``grid`` (x0, y0, x1, y1 tiles of a tiled
+    request), if given, drawn first as thin white frames.
 
     ``masks`` align with the detections and are consumed one at a time (a generator that pastes each
     mask on demand keeps one pasted mask in memory at a time).
@@ -121,9 +121,8 @@ def draw_detections(
     taken: list[Rect] = []
     for i, (x1, y1, x2, y2) in enumerate(boxes):
         class_id = int(detections.classes[i])
-        caption = f"{labels[class_id].name} {float(detections.scores[i]):.2f}"
-        if track_ids is not None and track_ids[i] >= 0:
-            caption = f"#{track_ids[i]} {caption}"
+        track = f" #{track_ids[i]}" if track_ids is not None and track_ids[i] >= 0 else ""
+        caption = f"{labels[class_id].name}{track} {float(detections.scores[i]):.2f}"
         (text_w, text_h), baseline = cv2.getTextSize(caption, cv2.FONT_HERSHEY_SIMPLEX, font_scale, 1)
         left, top = place_caption(
             (x1, y1, x2, y2), (text_w + 2, text_h + baseline + 2), (width, height), taken

@@ -20,6 +20,7 @@ reference frames (at most 16, YUV 4:2:0: 1.5 bytes per pixel) plus the frame bei
 from __future__ import annotations
 
 import io
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -93,6 +94,33 @@ class VideoReader:
         self.limits = limits
         self.read = 0  # frames decoded
         self.stopped_by: str | None = None  # the limit that ended reading early, if any
+        # Held by whoever steps `frames` or closes the file: a close from another thread waits for the
+        # decoder to finish its frame.
+        self.lock = threading.Lock()
+
+    @classmethod
+    def open(cls, data: bytes | bytearray | io.IOBase, limits: VideoLimits) -> VideoReader:
+        """The video in ``data`` (bytes or a binary file object); the caller closes it (`close`).
+
+        Raises `BadRequest` (field ``video``) when it is not an MP4 / MOV / MKV / WebM file FFmpeg can
+        read or has no video stream, `PayloadTooLarge` when its frames are over ``limits.max_pixels``.
+        """
+        source = io.BytesIO(data) if isinstance(data, bytes | bytearray) else data
+        try:
+            # max_pixels reaches the decoder while the file is probed too: a huge frame is never allocated.
+            container = av.open(source, "r", options={"max_pixels": str(limits.max_pixels)})
+        except av.error.FFmpegError as err:
+            raise BadRequest(f"video: not a readable video file ({err})", field="video") from err
+        try:
+            return cls(container, _info(container, limits), limits)
+        except BaseException:
+            container.close()
+            raise
+
+    def close(self) -> None:
+        """Close the file (once the frame being decoded, if any, is done)."""
+        with self.lock:
+            self._container.close()
 
     def frames(self, fps: float | None = None, max_frames: int | None = None) -> Iterator[Frame]:
         """The frames to process, in order: at most ``fps`` per second of video time (by pts; None: all)
@@ -156,21 +184,12 @@ class VideoReader:
 
 @contextmanager
 def open_video(data: bytes | bytearray | io.IOBase, limits: VideoLimits) -> Iterator[VideoReader]:
-    """The video in ``data`` (bytes or a binary file object), closed when the block ends.
-
-    Raises `BadRequest` (field ``video``) when it is not a video FFmpeg can read or has no video stream,
-    `PayloadTooLarge` when its frames are over ``limits.max_pixels``.
-    """
-    source = io.BytesIO(data) if isinstance(data, bytes | bytearray) else data
+    """`VideoReader.open` for the block: the file is closed when it ends."""
+    reader = VideoReader.open(data, limits)
     try:
-        # max_pixels reaches the decoder while the file is probed, too: a huge frame is never allocated.
-        container = av.open(source, "r", options={"max_pixels": str(limits.max_pixels)})
-    except av.error.FFmpegError as err:
-        raise BadRequest(f"video: not a readable video file ({err})", field="video") from err
-    try:
-        yield VideoReader(container, _info(container, limits), limits)
+        yield reader
     finally:
-        container.close()
+        reader.close()
 
 
 def _info(container: av.container.InputContainer, limits: VideoLimits) -> VideoInfo:

@@ -11,9 +11,9 @@ import numpy as np
 CODECS = {"mp4": "libx264", "matroska": "libx264", "webm": "libvpx-vp9", "mov": "libx264"}
 
 
-def frame_image(width: int, height: int, index: int) -> np.ndarray:
-    """Frame ``index``: a light square moving right by 4 pixels a frame, on a dark background."""
-    image = np.full((height, width, 3), 30, dtype=np.uint8)
+def frame_image(width: int, height: int, index: int, background: int = 30) -> np.ndarray:
+    """Frame ``index``: a yellow square moving right by 4 pixels a frame, on a grey background."""
+    image = np.full((height, width, 3), background, dtype=np.uint8)
     side = max(4, min(width, height) // 3)
     x = (4 * index) % max(1, width - side)
     y = (height - side) // 2
@@ -28,6 +28,7 @@ def make_video(
     fps: int = 10,
     container: str = "mp4",
     codec: str | None = None,
+    background: int = 30,
 ) -> bytes:
     """An encoded video of ``frames`` frames at ``fps`` (`frame_image`), in memory."""
     buffer = io.BytesIO()
@@ -35,7 +36,8 @@ def make_video(
         stream = output.add_stream(codec or CODECS[container], rate=Fraction(fps))
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         for index in range(frames):
-            frame = av.VideoFrame.from_ndarray(frame_image(width, height, index), format="rgb24")
+            image = frame_image(width, height, index, background)
+            frame = av.VideoFrame.from_ndarray(image, format="rgb24")
             output.mux(stream.encode(frame))
         output.mux(stream.encode())
     return buffer.getvalue()

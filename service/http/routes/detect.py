@@ -6,24 +6,44 @@ order sent. Mask models add each detection's mask as COCO RLE (``mask``) or, wit
 ``mask_format=polygon``, as COCO polygons (``polygons``). With ``format=jpeg|png`` (or ``Accept:
 image/jpeg|image/png``) the response is the image with its detections drawn (masks translucent under
 the boxes); that needs exactly one image.
+
+A video file (MP4, MOV, MKV, WebM: a ``video/*`` body, or a body or multipart file that starts like one) is
+answered while it decodes (`service.video.job`): NDJSON (``application/x-ndjson``), one `VideoFrameResult`
+line per processed frame and a last `VideoSummary` line, or with ``format=mp4`` (or ``Accept: video/mp4``)
+the video with boxes and track ids drawn. ``fps``, ``max_frames`` and ``track`` apply to videos only.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from typing import Any, cast
 
 from fastapi import APIRouter, Request, Response
+from fastapi.responses import StreamingResponse
 
-from service.errors import NotAcceptable
-from service.http.deps import BodyReaderDep, DetectQueryDep, ModelDep, PipelineDep, SettingsDep
+from service.errors import BadRequest, NotAcceptable
+from service.http.deps import (
+    BodyReaderDep,
+    DetectQueryDep,
+    ModelDep,
+    PipelineDep,
+    ResourcesDep,
+    SettingsDep,
+)
 from service.http.middleware import started_at
 from service.http.tiling_options import tiling_options
-from service.http.uploads import IMAGE_FIELDS, RAW_MEDIA_TYPES, disconnected
+from service.http.uploads import IMAGE_FIELDS, RAW_MEDIA_TYPES, disconnected, is_video_body
 from service.imaging.postprocess import DetectParams, parse_class_filter
 from service.imaging.render import MEDIA_TYPES
-from service.pipeline.entry import BoxedImage, DetectOptions, OutputFormat
+from service.pipeline.entry import BoxedImage, DetectOptions, OutputFormat, PipelineRequest
+from service.pipeline.inputs import ImageUpload
+from service.runtime.admission import Resources
 from service.runtime.model_runtime import LoadedModel
-from service.schemas import DetectionResult, DetectionResults, ErrorBody
+from service.schemas import DetectionResult, DetectionResults, DetectQuery, ErrorBody
+from service.settings import Settings
+from service.video.decoding import VIDEO_MEDIA_TYPES, looks_like_video
+from service.video.job import VideoConfig, VideoFormat, VideoOptions, video_job
 
 router = APIRouter(tags=["detect"])
 
@@ -41,7 +61,8 @@ _REQUEST_BODY: dict[str, Any] = {
     "requestBody": {
         "required": True,
         "description": "JPEG, PNG, BMP or WebP images: multipart files (at most `max_images_per_request`, in "
-        "any of the fields), or one image as the whole body",
+        "any of the fields), or one image as the whole body; or one video (MP4, MOV, MKV, WebM) as the "
+        "body (up to video_max_bytes) or a multipart file (up to max_body_bytes)",
         "content": {
             "multipart/form-data": {
                 "schema": {
@@ -58,7 +79,14 @@ _REQUEST_BODY: dict[str, Any] = {
             },
             **{
                 media_type: {"schema": _IMAGE_FILE}
-                for media_type in ("image/jpeg", "image/png", "image/bmp", "image/webp", *RAW_MEDIA_TYPES)
+                for media_type in (
+                    "image/jpeg",
+                    "image/png",
+                    "image/bmp",
+                    "image/webp",
+                    *VIDEO_MEDIA_TYPES,
+                    *RAW_MEDIA_TYPES,
+                )
             },
         },
     }
@@ -67,9 +95,11 @@ _REQUEST_BODY: dict[str, Any] = {
 _RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "Detections in original-image pixels (one image: an object; several: results), "
-        "or the boxed image",
+        "or the boxed image; for a video, NDJSON lines (VideoFrameResult per processed frame, then a "
+        "VideoSummary; an error after the first line ends the body with an {error, field, status} line) "
+        "or the boxed MP4",
         "model": DetectionResult | DetectionResults,
-        "content": {"image/jpeg": {}, "image/png": {}},
+        "content": {"image/jpeg": {}, "image/png": {}, "application/x-ndjson": {}, "video/mp4": {}},
         "headers": {
             "Server-Timing": {
                 "description": "this request's milliseconds per stage: decode, preprocess, queue_wait, "
@@ -134,22 +164,77 @@ async def detect(
     pipeline: PipelineDep,
     reader: BodyReaderDep,
     settings: SettingsDep,
+    resources: ResourcesDep,
 ) -> Response:
-    """Detect objects in one or several images (large ones in tiles, with ``tiling``)."""
-    fmt = choose_format(query.format, request.headers.get("accept"))
-    classes = parse_class_filter(query.classes, model.manifest.labels)
+    """Detect objects in one or several images (large ones in tiles, with ``tiling``), or in the frames
+    of a video, with track ids."""
+    accept = request.headers.get("accept")
+    video = is_video_body(request)
+    fmt = "json" if video else _image_format(query.format, accept)
+    params = DetectParams(
+        query.score_threshold, query.max_detections, parse_class_filter(query.classes, model.manifest.labels)
+    )
     options = DetectOptions(
-        DetectParams(query.score_threshold, query.max_detections, classes),
+        params,
         fmt,
         query.mask_format,
         tiling_options(settings, model.name, query.tiling, query.tile_overlap),
         query.tile_grid,
     )
-    async with pipeline.admit(model, started_at(request), gone=disconnected(request)) as run:
-        images = await run.hold_input(reader.images(request))
+    async with AsyncExitStack() as owned:
+        run = await owned.enter_async_context(
+            pipeline.admit(model, started_at(request), gone=disconnected(request))
+        )
+        images = await run.hold_input(reader.images(request, settings.video_max_bytes))
+        if video or (len(images) == 1 and looks_like_video(images[0].data)):
+            video_options = VideoOptions(
+                params, _video_format(query, accept), query.fps, query.max_frames, query.track
+            )
+            return await _video_response(run, images[0], video_options, settings, resources, owned)
         response = _response(model, await run.detect(images, options))
         response.headers["Server-Timing"] = run.server_timing()
         return response
+
+
+def _image_format(requested: str | None, accept: str | None) -> OutputFormat:
+    if requested == "mp4":
+        raise BadRequest("format 'mp4' is for a video; an image answers json, jpeg or png", field="format")
+    return choose_format(cast(OutputFormat | None, requested), accept)
+
+
+def _video_format(query: DetectQuery, accept: str | None) -> VideoFormat:
+    if query.format in ("jpeg", "png"):
+        raise BadRequest(
+            f"format {query.format!r} is for an image; a video answers json (NDJSON lines) or mp4",
+            field="format",
+        )
+    if query.format == "mp4" or (query.format is None and accept and "video/mp4" in accept):
+        return "mp4"
+    return "ndjson"
+
+
+async def _video_response(
+    run: PipelineRequest,
+    upload: ImageUpload,
+    options: VideoOptions,
+    settings: Settings,
+    resources: Resources,
+    owned: AsyncExitStack,
+) -> Response:
+    """The streamed answer for a video; it owns what the request holds (``owned``) until it ends."""
+    job = await owned.enter_async_context(
+        video_job(run, upload.data, options, VideoConfig.from_settings(settings), resources)
+    )
+    owned.enter_context(run.model.lease())  # the version serves until the last frame, even if swapped
+    headers = {"X-Model": run.model.name, "X-Model-Version": run.model.version}
+    body = _owned_body(job.body(), owned.pop_all())
+    return StreamingResponse(body, media_type=job.media_type, headers=headers)
+
+
+async def _owned_body(body: AsyncIterator[bytes], owned: AsyncExitStack) -> AsyncIterator[bytes]:
+    async with owned:
+        async for chunk in body:
+            yield chunk
 
 
 def _response(model: LoadedModel, output: list[DetectionResult] | BoxedImage) -> Response:

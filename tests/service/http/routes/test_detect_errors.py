@@ -66,7 +66,16 @@ BAD_REQUESTS = [
         "max_detections",
         "greater",
     ),
-    ("unknown format", {"format": "gif"}, b"x", "image/png", None, 422, "format", "'json', 'jpeg' or 'png'"),
+    (
+        "unknown format",
+        {"format": "gif"},
+        b"x",
+        "image/png",
+        None,
+        422,
+        "format",
+        "'json', 'jpeg', 'png' or 'mp4'",
+    ),
     ("unknown class", {"classes": "zebra"}, b"x", "image/png", None, 400, "classes", "unknown class 'zebra'"),
     (
         "misspelt parameter",

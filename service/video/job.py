@@ -1,0 +1,271 @@
+"""One video request: decode -> the pipeline entry's `detect_frames` (the model's batcher) -> tracks ->
+NDJSON lines or an MP4 with boxes drawn, produced while the video decodes.
+
+::
+
+    async with video_job(run, data, options, config, resources) as job:  # errors here: a clean 4xx/5xx
+        async for chunk in job.body():  # errors here end the body with an NDJSON error line
+            ...
+
+Entering opens the file, checks its frame size, holds the request's working set in the image memory
+budget (`working_set`) and decodes the first frames, so a bad file is answered with its HTTP status
+before anything is sent. Frames are decoded in worker threads ``frames_in_flight`` at a time, the next
+group while the model runs the current one, and queued together so they can share a batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from contract.manifest import Label
+from service.errors import BadRequest, ServiceError
+from service.imaging.postprocess import DetectParams, to_schema
+from service.imaging.render import draw_detections
+from service.pipeline.detect import ImageOutcome
+from service.pipeline.entry import PipelineRequest
+from service.runtime.admission import RENDER_BYTES_PER_PIXEL, Resources
+from service.schemas import TrackedDetection, VideoFrameResult, VideoSummary
+from service.settings import Settings
+from service.video.decoding import DECODER_BYTES_PER_PIXEL, Frame, VideoLimits, VideoReader
+from service.video.encoding import ENCODER_BYTES_PER_PIXEL, Mp4Writer
+from service.video.tracking import Tracker, TrackerConfig
+
+VideoFormat = Literal["ndjson", "mp4"]
+MEDIA_TYPES: dict[VideoFormat, str] = {"ndjson": "application/x-ndjson", "mp4": "video/mp4"}
+FRAME_BYTES_PER_PIXEL = 3  # a decoded RGB frame waiting for, or in, the model
+
+
+@dataclass(frozen=True)
+class VideoConfig:
+    """The server's video limits (`Settings` ``video_*``)."""
+
+    limits: VideoLimits
+    max_frames: int
+    frames_in_flight: int
+    track_lost_s: float
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> VideoConfig:
+        limits = VideoLimits(
+            settings.video_max_pixels, settings.video_max_read_frames, settings.video_max_duration_s
+        )
+        return cls(
+            limits, settings.video_max_frames, settings.video_frames_in_flight, settings.video_track_lost_s
+        )
+
+
+@dataclass(frozen=True)
+class VideoOptions:
+    """What a video request asks for."""
+
+    params: DetectParams
+    format: VideoFormat = "ndjson"
+    fps: float | None = None
+    max_frames: int | None = None
+    track: bool = True
+
+
+def working_set(pixels: int, frames_in_flight: int, fmt: VideoFormat) -> int:
+    """Bytes a video of ``pixels``-pixel frames holds in the image budget for its whole run: the decoder,
+    two groups of frames (one decoding, one in the model), and for MP4 the drawing and the encoder."""
+    per_pixel = DECODER_BYTES_PER_PIXEL + 2 * frames_in_flight * FRAME_BYTES_PER_PIXEL
+    if fmt == "mp4":
+        per_pixel += RENDER_BYTES_PER_PIXEL + ENCODER_BYTES_PER_PIXEL
+    return int(pixels * per_pixel)
+
+
+def _take(video: VideoReader, frames: Iterator[Frame], count: int) -> list[Frame]:
+    """Up to ``count`` more frames (blocking: decodes)."""
+    group: list[Frame] = []
+    with video.lock:
+        for frame in frames:
+            group.append(frame)
+            if len(group) == count:
+                break
+    return group
+
+
+def _draw(
+    outcomes: list[ImageOutcome], ids: list[np.ndarray], labels: tuple[Label, ...], mp4: Mp4Writer
+) -> bytes:
+    for outcome, track_ids in zip(outcomes, ids, strict=True):
+        assert outcome.image is not None, "frames are kept to draw on"
+        mp4.add(draw_detections(outcome.image, outcome.detections, labels, track_ids=track_ids.tolist()))
+    return mp4.take()
+
+
+class VideoJob:
+    """An entered `video_job`: `body` produces the answer."""
+
+    def __init__(
+        self,
+        run: PipelineRequest,
+        video: VideoReader,
+        options: VideoOptions,
+        config: VideoConfig,
+        resources: Resources,
+    ):
+        self.run = run
+        self.video = video
+        self.options = options
+        self.config = config
+        self.media_type = MEDIA_TYPES[options.format]
+        self._resources = resources
+        fps = options.fps or video.info.fps or 30.0
+        self.tracker = Tracker(TrackerConfig.for_fps(fps, config.track_lost_s)) if options.track else None
+        limit = (
+            config.max_frames if options.max_frames is None else min(options.max_frames, config.max_frames)
+        )
+        self._frames = video.frames(options.fps, limit)
+        self._pixels = video.info.pixels * config.frames_in_flight
+        self._next: asyncio.Task[list[Frame]] | None = None
+        self.processed = 0
+
+    async def first(self) -> None:
+        """Decode the first group of frames (errors are still the request's HTTP answer)."""
+        self._decode_next()
+        assert self._next is not None
+        if not await asyncio.shield(self._next):
+            raise BadRequest(
+                f"video: no frame to process ({self.video.read} decoded; its header claims "
+                f"{self.video.info.claimed_frames or 0})",
+                field="video",
+            )
+
+    def _decode_next(self) -> None:
+        count = self.config.frames_in_flight
+        work = self._resources.scheduler.run(self._pixels, _take, self.video, self._frames, count)
+        self._next = asyncio.ensure_future(work)
+
+    async def _groups(self) -> AsyncIterator[tuple[list[Frame], list[ImageOutcome], list[np.ndarray]]]:
+        keep = self.options.format == "mp4"
+        while self._next is not None:
+            group = await self._next
+            self._next = None
+            if not group:
+                return
+            self._decode_next()  # the next group decodes while the model runs this one
+            labels = [f"frame {frame.index}" for frame in group]
+            outcomes = await self.run.detect_frames(
+                [frame.image for frame in group], self.options.params, labels=labels, keep_frames=keep
+            )
+            ids = [self._track(outcome) for outcome in outcomes]
+            self.processed += len(group)
+            yield group, outcomes, ids
+
+    def _track(self, outcome: ImageOutcome) -> np.ndarray:
+        found = outcome.detections
+        if self.tracker is None:
+            return np.full(len(found), -1, dtype=np.int64)
+        return self.tracker.update(found.boxes, found.scores)
+
+    async def body(self) -> AsyncIterator[bytes]:
+        """The answer, chunk by chunk. An error after the first chunk ends it with an NDJSON error line
+        (``{"error": ..., "field": ...}``) or, for MP4, a truncated file."""
+        try:
+            if self.options.format == "mp4":
+                async for chunk in self._mp4():
+                    yield chunk
+            else:
+                async for chunk in self._ndjson():
+                    yield chunk
+        except ServiceError as err:
+            if self.options.format == "ndjson":
+                yield _line({"error": err.message, "field": err.field, "status": err.status_code})
+        finally:
+            await self._stop_decoding()
+
+    async def _ndjson(self) -> AsyncIterator[bytes]:
+        labels = self.run.model.manifest.labels
+        async for group, outcomes, ids in self._groups():
+            lines = []
+            for frame, outcome, track_ids in zip(group, outcomes, ids, strict=True):
+                detections = [
+                    TrackedDetection(**d.model_dump(), track_id=int(t) if t >= 0 else None)
+                    for d, t in zip(to_schema(outcome.detections, labels), track_ids, strict=True)
+                ]
+                result = VideoFrameResult(
+                    frame=frame.index,
+                    pts=round(frame.pts, 6),
+                    width=outcome.width,
+                    height=outcome.height,
+                    detections=detections,
+                )
+                lines.append(result.model_dump_json(exclude_none=True).encode() + b"\n")
+            yield b"".join(lines)
+        yield self.summary().model_dump_json().encode() + b"\n"
+
+    async def _mp4(self) -> AsyncIterator[bytes]:
+        info = self.video.info
+        fps = self.options.fps or info.fps or 30.0
+        if info.fps is not None:
+            fps = min(fps, info.fps)
+        labels = self.run.model.manifest.labels
+        scheduler = self._resources.scheduler
+        with Mp4Writer(info.width, info.height, fps) as mp4:
+            async for _, outcomes, ids in self._groups():
+                chunk = await scheduler.run(self._pixels, _draw, outcomes, ids, labels, mp4)
+                if chunk:
+                    yield chunk
+            await scheduler.run(0, mp4.close)
+            yield mp4.take()
+
+    def summary(self) -> VideoSummary:
+        info, video = self.video.info, self.video
+        return VideoSummary(
+            model=self.run.model.name,
+            version=self.run.model.version,
+            codec=info.codec,
+            container=info.container,
+            fps=info.fps,
+            claimed_frames=info.claimed_frames,
+            claimed_duration_s=info.claimed_duration_s,
+            frames_read=video.read,
+            frames_processed=self.processed,
+            frames_skipped=video.read - self.processed,
+            tracks=self.tracker.ids_given if self.tracker is not None else 0,
+            stopped_by=video.stopped_by,
+        )
+
+    async def _stop_decoding(self) -> None:
+        """Drop the group decoding ahead, if any, once it is done (its frames are a bounded few)."""
+        if self._next is not None:
+            pending, self._next = self._next, None
+            await asyncio.gather(pending, return_exceptions=True)
+
+
+def _line(value: object) -> bytes:
+    return json.dumps(value).encode() + b"\n"
+
+
+@asynccontextmanager
+async def video_job(
+    run: PipelineRequest,
+    data: bytes | bytearray,
+    options: VideoOptions,
+    config: VideoConfig,
+    resources: Resources,
+) -> AsyncIterator[VideoJob]:
+    """The video in ``data`` opened, checked, its working set held and its first frames decoded (see the
+    module's docstring); everything is given back when the block ends."""
+    async with AsyncExitStack() as held:
+        video = await resources.scheduler.run(0, VideoReader.open, data, config.limits)
+        # Closed in a worker thread: it waits there for a frame still decoding, even if this is cancelled.
+        held.push_async_callback(resources.scheduler.run, 0, video.close)
+        cost = working_set(video.info.pixels, config.frames_in_flight, options.format)
+        await held.enter_async_context(
+            resources.image_budget.hold(cost, resources.budget_wait_s, field="video")
+        )
+        job = VideoJob(run, video, options, config, resources)
+        try:
+            await job.first()
+            yield job
+        finally:
+            await job._stop_decoding()
