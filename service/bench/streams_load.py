@@ -109,7 +109,7 @@ class _serve:
             "DETECT_ACCESS_LOG": "false",
             "DETECT_MAX_STREAMS": "64",
         }
-        env.update(item.split("=", 1) for item in args.env)  # type: ignore[misc]
+        env.update(item.split("=", 1) for item in args.env)
         command = [sys.executable, "-m", "service.cli", "--model-repository", str(args.model_repository)]
         self.process = subprocess.Popen(
             [*command, "--port", str(self.port), "--log-level", "warning"], env=env, stdin=subprocess.DEVNULL
@@ -182,7 +182,7 @@ def _measure(
         reader.join(10)
     elapsed = t1 - t0
     fps = [(after[i]["frames_processed"] - before[i]["frames_processed"]) / elapsed for i in ids]
-    dropped = [after[i]["dropped_frames"] - before[i]["dropped_frames"] for i in ids]
+    dropped = [int(after[i]["dropped_frames"] - before[i]["dropped_frames"]) for i in ids]
     values = np.array(lags) if lags else None
     return StreamsResult(
         streams=n,

@@ -2,10 +2,12 @@
 
 Per stream (label ``stream``, the session id; a deleted session's series are removed, so the label set
 stays bounded by ``max_streams``): frames read from the source and processed, frames dropped by reason
-(``stale``: a newer frame replaced it before it was taken; ``shed``: the batcher made room for an
-interactive request; ``expired``: it could not start inference within the lag bound; ``unavailable``: the
-model was not serving), the lag from capture to event (histogram), reconnects, input and processed
-frames per second, active tracks, and Server-Sent Events a slow client missed. Sessions by state.
+(``stale``: a newer frame replaced it before it was taken; ``shed``: the batcher refused it (queue full,
+or it could not finish within the lag bound behind the queue) or evicted it for an interactive request;
+``expired``: it could not start inference within the lag bound; ``unavailable``: the model was not
+serving; ``corrupt``: it did not decode), the lag from capture to event (histogram), reconnects, input
+and processed frames per second, active tracks, and Server-Sent Events a slow client missed. Sessions
+by state.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from service.streams.state import STATES, State
 
-DROP_REASONS = ("stale", "shed", "expired", "unavailable")
+DROP_REASONS = ("stale", "shed", "expired", "unavailable", "corrupt")
 LAG_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.15, 0.25, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0)
 
 
@@ -36,7 +38,7 @@ class StreamMetrics:
         )
         self.dropped_frames = Counter(
             "detect_stream_dropped_frames",
-            "Stream frames dropped before detection, by reason (stale, shed, expired, unavailable)",
+            "Stream frames dropped before detection, by reason (stale, shed, expired, unavailable, corrupt)",
             ["stream", "reason"],
             registry=r,
         )

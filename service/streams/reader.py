@@ -2,11 +2,15 @@
 
 `FrameReader` opens the URL with PyAV (FFmpeg: rtsp, http(s) MJPEG, HLS, MP4, ...) with an open timeout
 and a read timeout, so a source that never answers, stalls, dribbles or sends garbage fails within a known
-time instead of holding the thread. It decodes every frame the source sends but converts to RGB only as
-many per second as the session processes (``fps``), and puts each converted frame into a `NewestFrame`
-slot that holds one frame: a frame not taken before the next arrives is dropped and counted (stale frames
-are never queued, so lag cannot grow). A frame larger than ``max_pixels`` is scaled down when converted,
-so a slot holds at most ``max_pixels * 3`` bytes.
+time instead of holding the thread. It keeps at most ``fps`` frames a second and puts each into a
+`NewestFrame` slot that holds one frame: a frame not taken before the next arrives is dropped and counted
+(stale frames are never queued, so lag cannot grow).
+
+Work is spent only on frames that are processed: a frame is converted to RGB (`Frame.to_rgb`, scaled down
+to at most ``max_pixels``) by whoever takes it, not by the reader; and a source whose every frame stands
+alone (MJPEG) is not even decoded by the reader: the slot holds the frame's compressed bytes, decoded
+when taken. A source with inter-frame coding (H.264, ...) must be decoded frame by frame; its decoded
+frame waits in the slot.
 
 A source that ends (a file served over HTTP) or fails is reopened after a backoff (doubling from
 ``reconnect_initial_s`` up to ``reconnect_max_s``); after ``reconnect_attempts`` failures in a row without a
@@ -34,15 +38,36 @@ logger = logging.getLogger(__name__)
 _MAX_PACING_WAIT_S = 1.0
 
 
+# Codecs whose every frame decodes alone: the reader keeps their packets, not decoded frames.
+INTRA_ONLY_CODECS = frozenset({"mjpeg"})
+
+
 @dataclass(frozen=True)
 class Frame:
-    """One decoded frame, converted to RGB."""
+    """One frame of the source, as read: a decoded frame, or the bytes of an intra-only codec's packet."""
 
-    image: np.ndarray  # uint8 [H, W, 3] RGB
+    source: av.VideoFrame | bytes
+    codec: str  # the codec's name (decodes ``source`` when it is bytes)
     number: int  # frames read from the source by this reader, this one included
     pts: float | None  # seconds, the source's timestamp (None: the source has none)
-    captured_at: float  # time.monotonic() when it was decoded
+    captured_at: float  # time.monotonic() when it was read
     captured_wall: float  # time.time() at the same moment
+
+    def to_rgb(self, max_pixels: int) -> np.ndarray:
+        """The frame as RGB ``uint8 [H, W, 3]``, scaled down to at most ``max_pixels`` (blocking: a worker
+        thread). Raises `ValueError` for bytes that do not decode to a frame."""
+        frame = self.source
+        if isinstance(frame, bytes):
+            decoder = av.VideoCodecContext.create(self.codec, "r")
+            assert isinstance(decoder, av.VideoCodecContext)
+            decoded = [*decoder.decode(av.Packet(frame)), *decoder.decode(None)]
+            if not decoded:
+                raise ValueError(f"a {self.codec} frame that does not decode")
+            frame = decoded[0]
+        assert isinstance(frame, av.VideoFrame)
+        width, height = scaled_size(frame.width, frame.height, max_pixels)
+        image: np.ndarray = frame.to_ndarray(width=width, height=height, format="rgb24")
+        return image
 
 
 @dataclass(frozen=True)
@@ -113,7 +138,7 @@ class FrameReader:
         self.frames_skipped = 0  # decoded but over the session's fps
         self.reconnects = 0
         self.input_fps = 0.0  # decoded frames per second, smoothed
-        self.size: tuple[int, int] | None = None  # the source's frame size (before any scaling)
+        self.size: tuple[int, int] | None = None  # the source's frame size (decoded frames; else its taker's)
         self.last_input: float | None = None  # time.monotonic() of the last decoded frame
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="stream-reader", daemon=True)
@@ -172,6 +197,9 @@ class FrameReader:
             if not container.streams.video:
                 raise ValueError("the source has no video stream")
             stream = container.streams.video[0]
+            codec = stream.codec_context.name
+            if codec in INTRA_ONLY_CODECS:
+                return self._read_packets(container, stream, codec)
             finite = container.duration is not None
             period = 1.0 / cfg.fps
             next_due = time.monotonic()
@@ -190,11 +218,43 @@ class FrameReader:
                     if wait > 0 and self._stop.wait(min(wait, _MAX_PACING_WAIT_S)):
                         return got
                     now = time.monotonic()
-                if now < next_due - 0.25 * period:  # over the session's fps: not converted
+                if now < next_due - 0.25 * period:  # over the session's fps
                     self.frames_skipped += 1
                     continue
                 next_due = max(next_due + period, now - period)
-                self._convert(frame)
+                self.size = (frame.width, frame.height)
+                self.slot.put(
+                    Frame(frame, codec, self.frames_read, frame.time, time.monotonic(), time.time())
+                )
+        return got
+
+    def _read_packets(
+        self, container: av.container.InputContainer, stream: av.VideoStream, codec: str
+    ) -> bool:
+        """An intra-only source (MJPEG): its packets, kept undecoded; True if it gave one."""
+        period = 1.0 / self.config.fps
+        next_due = time.monotonic()
+        got = False
+        for packet in container.demux(stream):
+            if self._stop.is_set():
+                return got
+            if packet.size == 0:  # the demuxer's end-of-stream marker
+                continue
+            now = time.monotonic()
+            if not got:
+                got = True
+                self.state.running()
+            self._count_input(now)
+            if now < next_due - 0.25 * period:
+                self.frames_skipped += 1
+                continue
+            next_due = max(next_due + period, now - period)
+            pts = (
+                None
+                if packet.pts is None or packet.time_base is None
+                else float(packet.pts * packet.time_base)
+            )
+            self.slot.put(Frame(bytes(packet), codec, self.frames_read, pts, now, time.time()))
         return got
 
     def _count_input(self, now: float) -> None:
@@ -203,9 +263,3 @@ class FrameReader:
         if last is not None and now > last:
             rate = 1.0 / (now - last)
             self.input_fps = rate if self.input_fps == 0 else 0.9 * self.input_fps + 0.1 * rate
-
-    def _convert(self, frame: av.VideoFrame) -> None:
-        self.size = (frame.width, frame.height)
-        width, height = scaled_size(frame.width, frame.height, self.config.max_pixels)
-        image = frame.to_ndarray(width=width, height=height, format="rgb24")
-        self.slot.put(Frame(image, self.frames_read, frame.time, time.monotonic(), time.time()))

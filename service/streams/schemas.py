@@ -52,7 +52,7 @@ class StreamInfo(BaseModel):
     lag_ms_p99: float | None
     reconnects: int
     active_tracks: int
-    width: int | None = Field(description="the source's frame size")
+    width: int | None = Field(description="the frames' size as processed (scaled to stream_max_pixels)")
     height: int | None
     subscribers: int = Field(description="Server-Sent Events clients")
     declared: bool = Field(description="from the settings file: kept while the server runs")

@@ -22,6 +22,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
+import av
 import numpy as np
 
 from service.errors import DeadlineExceeded, QueueFull, ServiceError
@@ -66,6 +67,7 @@ class SessionLimits:
 @dataclass
 class _Processed:
     frame: Frame
+    image: np.ndarray  # RGB uint8 [H, W, 3]
     detections: KeptDetections
     track_ids: np.ndarray
 
@@ -109,7 +111,8 @@ class StreamSession:
         self._latest: _Processed | None = None
         self._lags: deque[float] = deque(maxlen=_LAG_WINDOW)
         self.frames_processed = 0
-        self.dropped = {"shed": 0, "expired": 0, "unavailable": 0}
+        self.dropped = {"shed": 0, "expired": 0, "unavailable": 0, "corrupt": 0}
+        self._max_pixels = reader_config.max_pixels
         self._reported = {"read": 0, "stale": 0, "reconnects": 0}
         self.processed_fps = 0.0
         self._last_processed: float | None = None
@@ -167,8 +170,14 @@ class StreamSession:
             self._sync_counters()
 
     async def _process(self, frame: Frame) -> None:
+        try:  # decoded (intra-only sources) and converted only now that it is processed
+            image = await self._pipeline.resources.scheduler.run(0, frame.to_rgb, self._max_pixels)
+        except (av.FFmpegError, ValueError) as exc:
+            self._drop("corrupt")
+            logger.debug("stream %s: frame %d does not decode: %s", self.id, frame.number, exc)
+            return
         try:
-            detections = await self._detect(frame)
+            detections = await self._detect(frame, image)
         except (QueueFull, DeadlineExceeded) as exc:
             late = time.monotonic() > frame.captured_at + self._limits.max_lag_s
             self._drop("expired" if late or isinstance(exc, DeadlineExceeded) else "shed")
@@ -178,7 +187,7 @@ class StreamSession:
             logger.debug("stream %s: frame dropped: %s", self.id, exc.message)
             return
         track_ids = np.asarray(self._tracker.update(detections.boxes, detections.scores), dtype=np.int64)
-        self._latest = _Processed(frame, detections, track_ids)
+        self._latest = _Processed(frame, image, detections, track_ids)
         lag = time.monotonic() - frame.captured_at
         self._lags.append(lag)
         self._metrics.lag.labels(self.id).observe(lag)
@@ -186,9 +195,9 @@ class StreamSession:
         self._metrics.processed_frames.labels(self.id).inc()
         self._metrics.active_tracks.labels(self.id).set(int(np.count_nonzero(track_ids >= 0)))
         self._count_processed()
-        self.events.publish(self._event(frame, detections, track_ids, lag))
+        self.events.publish(self._event(frame, image, detections, track_ids, lag))
 
-    async def _detect(self, frame: Frame) -> KeptDetections:
+    async def _detect(self, frame: Frame, image: np.ndarray) -> KeptDetections:
         model = self._runtime.get(self.model_name, None)
         model.require_ready()
         labels = model.manifest.labels
@@ -200,9 +209,7 @@ class StreamSession:
             async with self._pipeline.admit(
                 model, frame.captured_at, timeout_s=self._limits.max_lag_s, priority="stream"
             ) as run:
-                return (await run.detect_frames([frame.image], params, labels=[f"stream {self.id}"]))[
-                    0
-                ].detections
+                return (await run.detect_frames([image], params, labels=[f"stream {self.id}"]))[0].detections
 
     def _drop(self, reason: str) -> None:
         self.dropped[reason] += 1
@@ -244,10 +251,15 @@ class StreamSession:
         return 0.0 if quiet else self.processed_fps
 
     def _event(
-        self, frame: Frame, detections: KeptDetections, track_ids: np.ndarray, lag: float
+        self,
+        frame: Frame,
+        image: np.ndarray,
+        detections: KeptDetections,
+        track_ids: np.ndarray,
+        lag: float,
     ) -> dict[str, object]:
         labels = self._runtime.get(self.model_name, None).manifest.labels
-        height, width = frame.image.shape[:2]
+        height, width = image.shape[:2]
         return {
             "stream": self.id,
             "frame": frame.number,
@@ -277,7 +289,7 @@ class StreamSession:
             return None
         labels = self._runtime.get(self.model_name, None).manifest.labels
         ids = [int(i) for i in latest.track_ids]
-        return render_detections(latest.frame.image, latest.detections, labels, "jpeg", track_ids=ids)
+        return render_detections(latest.image, latest.detections, labels, "jpeg", track_ids=ids)
 
     @property
     def current_state(self) -> State:
@@ -285,7 +297,7 @@ class StreamSession:
 
     def info(self) -> StreamInfo:
         lags = sorted(self._lags)
-        size = self._reader.size
+        size = None if self._latest is None else self._latest.image.shape[1::-1]
         reader = self._reader
         stale = self._slot.dropped
         latest = self._latest
