@@ -4,9 +4,11 @@ The benchmark serves N synthetic 640x480 MJPEG cameras at 15 fps on 127.0.0.1 (`
 ``detect-serve`` on the model repository (its default model unless ``--model``) allowing exactly those
 sources, opens N stream sessions, and after a warm-up measures for ``--duration`` seconds: frames
 processed per second per stream (from ``GET /v1/streams``), frames dropped, the lag from capture to
-event of every event received over Server-Sent Events (p50, p99), and the server's CPU use (its
-process's user + system time; 100% = one core). Each N is one JSON line in ``--out``; an N already
-there for the same model, fps and duration is skipped, so an interrupted run resumes.
+event of every event received over Server-Sent Events (p50, p99), the latency of an interactive client's
+``POST /detect`` of a sample image every 0.25 s beside the streams (p50, p99: the priority at work), and
+the server's CPU use (its process's user + system time; 100% = one core). Each N is one JSON line in
+``--out``; an N already there for the same model, fps and duration is skipped, so an interrupted run
+resumes.
 
     detect-bench streams --streams 1,2,4,8,16 --duration 20 --out docs/results/streams.jsonl
 
@@ -28,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from service.bench.stream_sources import SourceServer
+from service.bench.stream_sources import SAMPLES, SourceServer
 
 
 @dataclass
@@ -45,6 +47,11 @@ class StreamsResult:
     lag_ms_p50: float | None
     lag_ms_p99: float | None
     events: int
+    # One interactive client beside the streams: POST /detect of a sample image every 0.25 s.
+    interactive_requests: int
+    interactive_ok: int
+    interactive_ms_p50: float | None
+    interactive_ms_p99: float | None
     server_cpu_percent: float  # 100 = one core
     load_average: tuple[float, float, float]
     cpus: int
@@ -169,6 +176,9 @@ def _measure(
     readers = [threading.Thread(target=_read_events, args=(url, i, lags, counting, stop)) for i in ids]
     for reader in readers:
         reader.start()
+    interactive: list[tuple[int, float]] = []
+    asking = threading.Thread(target=_ask_interactively, args=(url, model, interactive, counting, stop))
+    asking.start()
     time.sleep(args.warmup)
     before, cpu0, t0 = _snapshot(client), _cpu_seconds(pid), time.monotonic()
     counting.set()
@@ -178,9 +188,10 @@ def _measure(
     stop.set()
     for stream_id in ids:
         client.delete(f"/v1/streams/{stream_id}")
-    for reader in readers:
+    for reader in [*readers, asking]:
         reader.join(10)
     elapsed = t1 - t0
+    asked = np.array([ms for code, ms in interactive if code == 200]) if interactive else np.array([])
     fps = [(after[i]["frames_processed"] - before[i]["frames_processed"]) / elapsed for i in ids]
     dropped = [int(after[i]["dropped_frames"] - before[i]["dropped_frames"]) for i in ids]
     values = np.array(lags) if lags else None
@@ -197,6 +208,10 @@ def _measure(
         lag_ms_p50=None if values is None else round(float(np.percentile(values, 50)), 1),
         lag_ms_p99=None if values is None else round(float(np.percentile(values, 99)), 1),
         events=len(lags),
+        interactive_requests=len(interactive),
+        interactive_ok=int(asked.size),
+        interactive_ms_p50=round(float(np.percentile(asked, 50)), 1) if asked.size else None,
+        interactive_ms_p99=round(float(np.percentile(asked, 99)), 1) if asked.size else None,
         server_cpu_percent=round(100 * (cpu1 - cpu0) / elapsed, 1),
         load_average=os.getloadavg(),
         cpus=os.cpu_count() or 0,
@@ -209,6 +224,27 @@ def _snapshot(client: object) -> dict[str, dict[str, float]]:
 
     assert isinstance(client, httpx.Client)
     return {s["id"]: s for s in client.get("/v1/streams").json()["streams"]}
+
+
+def _ask_interactively(
+    url: str, model: str, results: list[tuple[int, float]], counting: threading.Event, stop: threading.Event
+) -> None:
+    """POST /detect of a sample image every 0.25 s while counting: (status, milliseconds) of each."""
+    import httpx
+
+    image = sorted(SAMPLES.glob("*.jpg"))[0].read_bytes()
+    with httpx.Client(base_url=url, timeout=30) as client:
+        while not stop.wait(0.25):
+            if not counting.is_set():
+                continue
+            started = time.perf_counter()
+            try:
+                code = client.post(
+                    "/detect", params={"model": model}, content=image, headers={"content-type": "image/jpeg"}
+                ).status_code
+            except httpx.HTTPError:
+                code = 0
+            results.append((code, 1000 * (time.perf_counter() - started)))
 
 
 def _read_events(
@@ -232,5 +268,6 @@ def _row(r: StreamsResult) -> str:
         f"streams={r.streams:2d}  processed fps/stream mean {r.processed_fps_mean:5.2f}"
         f" min {r.processed_fps_min:5.2f}"
         f"  dropped {sum(r.dropped):5d}  lag p50 {r.lag_ms_p50} ms p99 {r.lag_ms_p99} ms"
+        f"  /detect p50 {r.interactive_ms_p50} ms p99 {r.interactive_ms_p99} ms ({r.interactive_ok} ok)"
         f"  server CPU {r.server_cpu_percent:.0f}%  load {r.load_average[0]:.2f}"
     )
