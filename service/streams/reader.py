@@ -24,6 +24,7 @@ import logging
 import math
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -85,6 +86,32 @@ class ReaderConfig:
     protocol_whitelist: str  # what FFmpeg may open, also from inside the source (HLS segments)
 
 
+class RateMeter:
+    """Events per second over the last ``window_s`` seconds (0 when fewer than two came in it)."""
+
+    def __init__(self, window_s: float = 2.0) -> None:
+        self.window_s = window_s
+        self._times: deque[float] = deque()
+        self._lock = threading.Lock()
+
+    def tick(self, now: float) -> None:
+        with self._lock:
+            self._times.append(now)
+            self._forget(now)
+
+    def rate(self, now: float) -> float:
+        with self._lock:
+            self._forget(now)
+            times = self._times
+            if len(times) < 2 or times[-1] <= times[0]:
+                return 0.0
+            return (len(times) - 1) / (times[-1] - times[0])
+
+    def _forget(self, now: float) -> None:
+        while self._times and now - self._times[0] > self.window_s:
+            self._times.popleft()
+
+
 class NewestFrame:
     """A slot of one frame, written by the reader thread and read by the session's task.
 
@@ -137,9 +164,8 @@ class FrameReader:
         self.frames_read = 0  # decoded from the source
         self.frames_skipped = 0  # decoded but over the session's fps
         self.reconnects = 0
-        self.input_fps = 0.0  # decoded frames per second, smoothed
+        self.input_rate = RateMeter()  # frames read per second
         self.size: tuple[int, int] | None = None  # the source's frame size (decoded frames; else its taker's)
-        self.last_input: float | None = None  # time.monotonic() of the last decoded frame
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="stream-reader", daemon=True)
 
@@ -259,7 +285,4 @@ class FrameReader:
 
     def _count_input(self, now: float) -> None:
         self.frames_read += 1
-        last, self.last_input = self.last_input, now
-        if last is not None and now > last:
-            rate = 1.0 / (now - last)
-            self.input_fps = rate if self.input_fps == 0 else 0.9 * self.input_fps + 0.1 * rate
+        self.input_rate.tick(now)

@@ -42,8 +42,8 @@ class StreamInfo(BaseModel):
     state_since: float = Field(description="Unix time of the last state change")
     last_error: str | None = Field(description="why the source failed last (reconnecting, error)")
     fps: float = Field(description="frames per second the session processes at most")
-    input_fps: float = Field(description="frames per second decoded from the source (smoothed)")
-    processed_fps: float = Field(description="frames per second detected (smoothed)")
+    input_fps: float = Field(description="frames per second decoded from the source (over the last 2 s)")
+    processed_fps: float = Field(description="frames per second detected (over the last 2 s)")
     frames_read: int
     frames_processed: int
     frames_skipped: int = Field(description="decoded but over the session's fps (never converted)")

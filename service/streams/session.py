@@ -32,7 +32,7 @@ from service.pipeline.entry import DetectionPipeline
 from service.runtime.model_runtime import ModelRuntime
 from service.streams.events import EventHub
 from service.streams.metrics import StreamMetrics
-from service.streams.reader import Frame, FrameReader, NewestFrame, ReaderConfig
+from service.streams.reader import Frame, FrameReader, NewestFrame, RateMeter, ReaderConfig
 from service.streams.schemas import StreamInfo, StreamRequest
 from service.streams.sources import redact
 from service.streams.state import SessionState, State
@@ -114,8 +114,7 @@ class StreamSession:
         self.dropped = {"shed": 0, "expired": 0, "unavailable": 0, "corrupt": 0}
         self._max_pixels = reader_config.max_pixels
         self._reported = {"read": 0, "stale": 0, "reconnects": 0}
-        self.processed_fps = 0.0
-        self._last_processed: float | None = None
+        self._processed_rate = RateMeter()
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -194,7 +193,7 @@ class StreamSession:
         self.frames_processed += 1
         self._metrics.processed_frames.labels(self.id).inc()
         self._metrics.active_tracks.labels(self.id).set(int(np.count_nonzero(track_ids >= 0)))
-        self._count_processed()
+        self._processed_rate.tick(time.monotonic())
         self.events.publish(self._event(frame, image, detections, track_ids, lag))
 
     async def _detect(self, frame: Frame, image: np.ndarray) -> KeptDetections:
@@ -215,13 +214,6 @@ class StreamSession:
         self.dropped[reason] += 1
         self._metrics.dropped_frames.labels(self.id, reason).inc()
 
-    def _count_processed(self) -> None:
-        now = time.monotonic()
-        last, self._last_processed = self._last_processed, now
-        if last is not None and now > last:
-            rate = 1.0 / (now - last)
-            self.processed_fps = rate if self.processed_fps == 0 else 0.9 * self.processed_fps + 0.1 * rate
-
     def _sync_counters(self) -> None:
         """Carry the reader thread's counts into the metrics."""
         reader, reported, stream = self._reader, self._reported, self.id
@@ -234,21 +226,17 @@ class StreamSession:
                 counter.inc(value - reported[key])
                 reported[key] = value
         self._metrics.input_fps.labels(stream).set(self.input_fps)
-        self._metrics.processed_fps.labels(stream).set(self.current_processed_fps)
+        self._metrics.processed_fps.labels(stream).set(self.processed_fps)
 
     @property
     def input_fps(self) -> float:
-        """The reader's smoothed rate; 0 once no frame came for 2 s."""
-        last = self._reader.last_input
-        quiet = last is None or time.monotonic() - last > 2.0
-        return 0.0 if quiet else self._reader.input_fps
+        """Frames read from the source per second, over the last 2 s."""
+        return self._reader.input_rate.rate(time.monotonic())
 
     @property
-    def current_processed_fps(self) -> float:
-        """The smoothed processed rate; 0 once no frame was processed for 2 s."""
-        last = self._last_processed
-        quiet = last is None or time.monotonic() - last > 2.0
-        return 0.0 if quiet else self.processed_fps
+    def processed_fps(self) -> float:
+        """Frames processed per second, over the last 2 s."""
+        return self._processed_rate.rate(time.monotonic())
 
     def _event(
         self,
@@ -310,7 +298,7 @@ class StreamSession:
             last_error=self.state.last_error,
             fps=self._reader.config.fps,
             input_fps=round(self.input_fps, 2),
-            processed_fps=round(self.current_processed_fps, 2),
+            processed_fps=round(self.processed_fps, 2),
             frames_read=reader.frames_read,
             frames_processed=self.frames_processed,
             frames_skipped=reader.frames_skipped,

@@ -11,7 +11,7 @@ import pytest
 from service_testkit import wait_until
 
 from service.bench.stream_sources import SourceServer
-from service.streams.reader import Frame, FrameReader, NewestFrame, ReaderConfig, scaled_size
+from service.streams.reader import Frame, FrameReader, NewestFrame, RateMeter, ReaderConfig, scaled_size
 from service.streams.sources import PROTOCOL_WHITELIST
 from service.streams.state import SessionState
 
@@ -107,3 +107,11 @@ def test_stop_does_not_wait_for_a_silent_source_longer_than_its_read_timeout(sou
     started = time.monotonic()
     assert reader.stop(3.0)
     assert time.monotonic() - started < 2.0
+
+
+def test_the_rate_is_counted_over_its_window() -> None:
+    meter = RateMeter(window_s=2.0)
+    for i in range(31):  # alternating 66 ms and 133 ms gaps: 10 a second, whose mean 1/gap is 11.25
+        meter.tick(100.0 + (i // 2) * 0.2 + (i % 2) * 0.0666)
+    assert meter.rate(103.0) == pytest.approx(10.0, rel=0.05)
+    assert meter.rate(106.0) == 0.0  # nothing in the last 2 s

@@ -117,6 +117,18 @@ def test_a_session_runs_sends_tracked_events_and_is_deleted(
     assert 'detect_streams{state="running"} 0.0' in metrics
 
 
+def test_a_session_processes_at_its_fps_and_counts_the_rest_as_skipped(
+    make_client: MakeClient, toy_repo: Path, source: SourceServer
+) -> None:
+    client = make_client(toy_repo, **settings_for(source))
+    stream_id = client.post("/v1/streams", json={"url": source.url("mjpeg/fps"), "fps": 5}).json()["id"]
+    wait_until(lambda: info(client, stream_id)["frames_read"] >= 40, what="40 frames read (15 fps)")
+    state = info(client, stream_id)
+    assert 4.0 <= float(state["processed_fps"]) <= 6.0  # type: ignore[arg-type]
+    assert 12.0 <= float(state["input_fps"]) <= 18.0  # type: ignore[arg-type]
+    assert int(state["frames_skipped"]) >= int(state["frames_read"]) // 2  # type: ignore[call-overload]
+
+
 def test_what_is_refused_and_why(make_client: MakeClient, toy_repo: Path, source: SourceServer) -> None:
     client = make_client(toy_repo, **settings_for(source, max_streams=1, stream_max_fps=20))
     cases = [
