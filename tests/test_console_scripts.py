@@ -32,6 +32,7 @@ COMMANDS = [
     ["detect-bench"],
     ["detect-bench", "http"],
     ["detect-bench", "backend"],
+    ["detect-predict"],
 ]
 
 
@@ -69,6 +70,17 @@ def test_synth_runs_without_torch(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     annotations = json.loads((tmp_path / "annotations" / "instances_val.json").read_text())
     assert len(annotations["images"]) == 2 and len(list((tmp_path / "val").glob("*.jpg"))) == 2
+
+
+def test_synth_video_runs_without_torch(tmp_path: Path) -> None:
+    code = (
+        "import sys; sys.modules['torch'] = None; from training.cli import main; "
+        f"sys.exit(main(['synth', '--video', '--out', {str(tmp_path)!r}, '--frames', '3', "
+        "'--size', '64x48']))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["frames"] == 3 and (tmp_path / "video.mp4").stat().st_size > 0
 
 
 def test_train_without_torch_names_the_extra(tmp_path: Path) -> None:

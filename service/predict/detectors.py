@@ -92,7 +92,7 @@ class RemoteDetector:
         chosen = [m for m in models if (m["name"] == self.model if self.model else m.get("default"))]
         if not chosen:
             raise SystemExit(
-                f"detect-predict: the server at {self.url} has no model {self.model or '(default)'}"
+                f"detect-predict: the server at {self.url} has no model {self.model or 'marked default'!r}"
             )
         self.model = chosen[0]["name"]
         return tuple(Label.model_validate(label) for label in chosen[0]["labels"])

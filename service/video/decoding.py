@@ -204,6 +204,9 @@ def _info(container: av.container.InputContainer, limits: VideoLimits) -> VideoI
         raise BadRequest("video: the file has no video stream", field="video")
     stream = container.streams.video[0]
     stream.thread_count = 1  # one decoder thread: its memory is DECODER_BYTES_PER_PIXEL per pixel
+    # The container's options reached only the probing decoder: the decoding one needs its own guard (a
+    # frame whose size changes mid-stream past the limit is then an error, never an allocation).
+    stream.codec_context.options = {"max_pixels": str(limits.max_pixels)}
     width, height = stream.codec_context.width, stream.codec_context.height
     if width <= 0 or height <= 0:
         raise BadRequest(f"video: no frame size in its header ({width}x{height})", field="video")

@@ -62,6 +62,7 @@ class Mp4Writer:
         stream.codec_context.time_base = 1 / rate
         # A key frame (and so a fragment the caller can send) every second of video.
         stream.codec_context.gop_size = max(1, round(fps))
+        stream.codec_context.thread_count = 1  # frame threads would each hold frames: memory stays bounded
         self._stream = stream
         self._frames = 0
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from contract.manifest import Label
 from service.errors import BadRequest, ServiceError
+from service.imaging.masks import PastedMask, paste_mask
 from service.imaging.postprocess import DetectParams, to_schema
 from service.imaging.render import draw_detections
 from service.pipeline.detect import ImageOutcome
@@ -40,6 +41,9 @@ from service.video.tracking import Tracker, TrackerConfig
 VideoFormat = Literal["ndjson", "mp4"]
 MEDIA_TYPES: dict[VideoFormat, str] = {"ndjson": "application/x-ndjson", "mp4": "video/mp4"}
 FRAME_BYTES_PER_PIXEL = 3  # a decoded RGB frame waiting for, or in, the model
+# What a video costs whatever its size: FFmpeg's demuxer, decoder and (MP4) encoder contexts and buffers
+# (scripts/measure_video_memory.py: ~16 MiB at 640x480 beyond the per-pixel part).
+VIDEO_FIXED_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -74,22 +78,30 @@ class VideoOptions:
 
 def working_set(pixels: int, frames_in_flight: int, fmt: VideoFormat) -> int:
     """Bytes a video of ``pixels``-pixel frames holds in the image budget for its whole run: the decoder,
-    two groups of frames (one decoding, one in the model), and for MP4 the drawing and the encoder."""
+    two groups of frames (one decoding, one in the model), for MP4 the drawing and the encoder, and a
+    fixed part for FFmpeg's contexts (measured: scripts/measure_video_memory.py)."""
     per_pixel = DECODER_BYTES_PER_PIXEL + 2 * frames_in_flight * FRAME_BYTES_PER_PIXEL
     if fmt == "mp4":
         per_pixel += RENDER_BYTES_PER_PIXEL + ENCODER_BYTES_PER_PIXEL
-    return int(pixels * per_pixel)
+    return VIDEO_FIXED_BYTES + int(pixels * per_pixel)
 
 
-def _take(video: VideoReader, frames: Iterator[Frame], count: int) -> list[Frame]:
-    """Up to ``count`` more frames (blocking: decodes)."""
+Group = tuple[list[Frame], ServiceError | None]
+
+
+def _take(video: VideoReader, frames: Iterator[Frame], count: int) -> Group:
+    """Up to ``count`` more frames (blocking: decodes), and the error that stopped decoding, if any: the
+    frames decoded before damaged data are still answered."""
     group: list[Frame] = []
     with video.lock:
-        for frame in frames:
-            group.append(frame)
-            if len(group) == count:
-                break
-    return group
+        try:
+            for frame in frames:
+                group.append(frame)
+                if len(group) == count:
+                    break
+        except ServiceError as err:
+            return group, err
+    return group, None
 
 
 def _draw(
@@ -97,7 +109,14 @@ def _draw(
 ) -> bytes:
     for outcome, track_ids in zip(outcomes, ids, strict=True):
         assert outcome.image is not None, "frames are kept to draw on"
-        mp4.add(draw_detections(outcome.image, outcome.detections, labels, track_ids=track_ids.tolist()))
+        found = outcome.detections
+        pasted: Iterator[PastedMask] | None = None
+        if outcome.masks is not None:  # pasted lazily, one at a time, as they are drawn
+            pasted = (
+                paste_mask(mask, box, outcome.height, outcome.width)
+                for mask, box in zip(outcome.masks, found.boxes, strict=True)
+            )
+        mp4.add(draw_detections(outcome.image, found, labels, pasted, track_ids=track_ids.tolist()))
     return mp4.take()
 
 
@@ -118,21 +137,27 @@ class VideoJob:
         self.config = config
         self.media_type = MEDIA_TYPES[options.format]
         self._resources = resources
-        fps = options.fps or video.info.fps or 30.0
-        self.tracker = Tracker(TrackerConfig.for_fps(fps, config.track_lost_s)) if options.track else None
+        rates = [rate for rate in (options.fps, video.info.fps) if rate]
+        # Frames processed per second of video: the asked rate, never more than the video's own.
+        self.fps = min(rates) if rates else 30.0
+        lost_s = config.track_lost_s
+        self.tracker = Tracker(TrackerConfig.for_fps(self.fps, lost_s)) if options.track else None
         limit = (
             config.max_frames if options.max_frames is None else min(options.max_frames, config.max_frames)
         )
         self._frames = video.frames(options.fps, limit)
         self._pixels = video.info.pixels * config.frames_in_flight
-        self._next: asyncio.Task[list[Frame]] | None = None
+        self._next: asyncio.Task[Group] | None = None
         self.processed = 0
 
     async def first(self) -> None:
         """Decode the first group of frames (errors are still the request's HTTP answer)."""
         self._decode_next()
         assert self._next is not None
-        if not await asyncio.shield(self._next):
+        group, error = await asyncio.shield(self._next)
+        if error is not None and not group:
+            raise error
+        if not group:
             raise BadRequest(
                 f"video: no frame to process ({self.video.read} decoded; its header claims "
                 f"{self.video.info.claimed_frames or 0})",
@@ -147,11 +172,14 @@ class VideoJob:
     async def _groups(self) -> AsyncIterator[tuple[list[Frame], list[ImageOutcome], list[np.ndarray]]]:
         keep = self.options.format == "mp4"
         while self._next is not None:
-            group = await self._next
+            group, error = await self._next
             self._next = None
             if not group:
+                if error is not None:
+                    raise error
                 return
-            self._decode_next()  # the next group decodes while the model runs this one
+            if error is None:
+                self._decode_next()  # the next group decodes while the model runs this one
             labels = [f"frame {frame.index}" for frame in group]
             outcomes = await self.run.detect_frames(
                 [frame.image for frame in group], self.options.params, labels=labels, keep_frames=keep
@@ -159,6 +187,8 @@ class VideoJob:
             ids = [self._track(outcome) for outcome in outcomes]
             self.processed += len(group)
             yield group, outcomes, ids
+            if error is not None:
+                raise error  # after the frames decoded before it
 
     def _track(self, outcome: ImageOutcome) -> np.ndarray:
         found = outcome.detections
@@ -204,12 +234,9 @@ class VideoJob:
 
     async def _mp4(self) -> AsyncIterator[bytes]:
         info = self.video.info
-        fps = self.options.fps or info.fps or 30.0
-        if info.fps is not None:
-            fps = min(fps, info.fps)
         labels = self.run.model.manifest.labels
         scheduler = self._resources.scheduler
-        with Mp4Writer(info.width, info.height, fps) as mp4:
+        with Mp4Writer(info.width, info.height, self.fps) as mp4:
             async for _, outcomes, ids in self._groups():
                 chunk = await scheduler.run(self._pixels, _draw, outcomes, ids, labels, mp4)
                 if chunk:

@@ -5,9 +5,12 @@ entering, leaving and passing over each other, written as an H.264 MP4 plus MOT-
 
     out/video.mp4                   the frames
     out/gt/gt.txt                   MOT Challenge ground truth, one line per visible object per frame:
-                                    frame, track id, x, y, w, h, 1, COCO category id, visibility
+                                    frame, track id, x, y, w, h, 1, 1, visibility (class 1: MOT's scored
+                                    class, so TrackEval-style evaluation scores every shape)
     out/seqinfo.ini                 MOT sequence info (frame rate, length, size)
-    out/categories.json             [{"id": 2, "name": "circle"}, ...]
+    out/annotations.json            the same boxes with their shape classes, COCO-style: "categories",
+                                    "videos" [{id, width, height, fps, frames}], "annotations" [{frame,
+                                    track_id, category_id, bbox [x, y, w, h], visibility}]
 
 Frames are numbered from 1 as MOT's are; boxes are pixel-edge ``x, y, w, h`` of each object's visible
 pixels (its painted mask minus the shapes in front of it), exact as in the still dataset. An object is
@@ -18,7 +21,6 @@ per object and never reused. Everything is drawn from ``numpy.random.default_rng
 
 from __future__ import annotations
 
-import configparser
 import json
 import math
 from dataclasses import dataclass
@@ -166,6 +168,7 @@ def generate_video(out: str | Path, seed: int = 0, cfg: VideoConfig | None = Non
     background = _background(rng, cfg.height, cfg.width)
     movers = _movers(rng, cfg)
     lines: list[str] = []
+    annotations: list[dict[str, object]] = []
     seen: set[int] = set()
     with av.open(str(root / "video.mp4"), "w") as container:
         stream = container.add_stream("libx264", rate=Fraction(cfg.fps))
@@ -174,28 +177,40 @@ def generate_video(out: str | Path, seed: int = 0, cfg: VideoConfig | None = Non
         for frame in range(cfg.frames):
             image, truth = render_frame(background, movers, frame, rng, cfg)
             for track_id, category_id, (x, y, w, h), visibility in truth:
-                lines.append(f"{frame + 1},{track_id},{x},{y},{w},{h},1,{category_id},{visibility}")
+                lines.append(f"{frame + 1},{track_id},{x},{y},{w},{h},1,1,{visibility}")
+                annotations.append(
+                    {
+                        "frame": frame + 1,
+                        "track_id": track_id,
+                        "category_id": category_id,
+                        "bbox": [x, y, w, h],
+                        "visibility": visibility,
+                    }
+                )
                 seen.add(track_id)
             container.mux(stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")))
         container.mux(stream.encode())
     (root / "gt" / "gt.txt").write_text("\n".join(lines) + "\n")
-    info = configparser.ConfigParser()
-    info["Sequence"] = {
+    sequence = {
         "name": root.name or "synthetic",
         "imDir": "video.mp4",
-        "frameRate": str(cfg.fps),
-        "seqLength": str(cfg.frames),
-        "imWidth": str(cfg.width),
-        "imHeight": str(cfg.height),
+        "frameRate": cfg.fps,
+        "seqLength": cfg.frames,
+        "imWidth": cfg.width,
+        "imHeight": cfg.height,
         "imExt": ".mp4",
     }
-    with (root / "seqinfo.ini").open("w") as handle:
-        info.write(handle)
-    categories = [{"id": cat_id, "name": name} for cat_id, name in CATEGORIES]
-    (root / "categories.json").write_text(json.dumps(categories, indent=2) + "\n")
+    (root / "seqinfo.ini").write_text("[Sequence]\n" + "".join(f"{k}={v}\n" for k, v in sequence.items()))
+    coco_video = {
+        "categories": [{"id": cat_id, "name": name} for cat_id, name in CATEGORIES],
+        "videos": [{"id": 1, "width": cfg.width, "height": cfg.height, "fps": cfg.fps, "frames": cfg.frames}],
+        "annotations": annotations,
+    }
+    (root / "annotations.json").write_text(json.dumps(coco_video) + "\n")
     return {
         "video": str(root / "video.mp4"),
-        "annotations": str(root / "gt" / "gt.txt"),
+        "annotations": str(root / "annotations.json"),
+        "mot_ground_truth": str(root / "gt" / "gt.txt"),
         "frames": cfg.frames,
         "fps": cfg.fps,
         "size": [cfg.width, cfg.height],

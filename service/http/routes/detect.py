@@ -170,17 +170,14 @@ async def detect(
     of a video, with track ids."""
     accept = request.headers.get("accept")
     video = is_video_body(request)
-    fmt = "json" if video else _image_format(query.format, accept)
+    # An image's answer format is checked before its body is read; one that only a video can have (mp4)
+    # waits for the body, which may be a video after all (a multipart file, an octet-stream body).
+    maybe_video = video or query.format == "mp4" or "video/mp4" in (accept or "")
+    fmt = None if maybe_video else _image_format(query.format, accept)
     params = DetectParams(
         query.score_threshold, query.max_detections, parse_class_filter(query.classes, model.manifest.labels)
     )
-    options = DetectOptions(
-        params,
-        fmt,
-        query.mask_format,
-        tiling_options(settings, model.name, query.tiling, query.tile_overlap),
-        query.tile_grid,
-    )
+    tiling = tiling_options(settings, model.name, query.tiling, query.tile_overlap)
     async with AsyncExitStack() as owned:
         run = await owned.enter_async_context(
             pipeline.admit(model, started_at(request), gone=disconnected(request))
@@ -191,6 +188,8 @@ async def detect(
                 params, _video_format(query, accept), query.fps, query.max_frames, query.track
             )
             return await _video_response(run, images[0], video_options, settings, resources, owned)
+        fmt = fmt or _image_format(query.format, accept)
+        options = DetectOptions(params, fmt, query.mask_format, tiling, query.tile_grid)
         response = _response(model, await run.detect(images, options))
         response.headers["Server-Timing"] = run.server_timing()
         return response

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import av
+import numpy as np
 import pytest
 from detect_testkit import MakeClient
 from fastapi.testclient import TestClient
-from service_testkit import encode, solid_image
-from video_testkit import make_video
+from service_testkit import encode, solid_image, wait_until
+from video_testkit import claim_duration, make_video, noisy_mjpeg_mkv
 
 BRIGHT = 240  # toy scores ~ 0.92, 0.83, 0.74: above ByteTrack's activation threshold
 
@@ -81,6 +83,15 @@ def test_format_mp4_is_the_video_with_boxes_drawn(client: TestClient) -> None:
     assert (edge[:, 0] - edge[:, 2]).mean() > 100
 
 
+def test_a_multipart_video_can_ask_for_mp4(client: TestClient) -> None:
+    files = {"file": ("clip.mp4", make_video(frames=3, background=BRIGHT), "video/mp4")}
+    response = client.post("/detect?format=mp4", files=files)
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == "video/mp4" and response.content[4:8] == b"ftyp"
+    response = client.post("/detect", files=files, headers={"accept": "video/mp4"})
+    assert response.headers["content-type"] == "video/mp4"
+
+
 def test_accept_video_mp4_and_format_mismatches(client: TestClient) -> None:
     data = make_video(frames=2, background=BRIGHT)
     headers = {"content-type": "video/mp4", "accept": "video/mp4"}
@@ -143,3 +154,74 @@ def test_limits_are_settings(make_client: MakeClient, toy_repo: Path) -> None:
     client = make_client(toy_repo, image_memory_bytes=64 * 48 * 20)  # less than the decoder's working set
     response = client.post("/detect", **video)
     assert response.status_code == 413 and "image memory" in response.json()["error"]
+
+
+def test_a_header_claiming_ten_hours_costs_what_the_frames_cost(client: TestClient) -> None:
+    data = claim_duration(make_video(frames=6, container="matroska", background=BRIGHT), 10 * 3600)
+    lines = _lines(client.post("/detect", content=data, headers={"content-type": "video/x-matroska"}))
+    summary = lines[-1]
+    assert summary["claimed_duration_s"] == pytest.approx(36000)
+    assert summary["frames_read"] == summary["frames_processed"] == 6 and summary["stopped_by"] is None
+
+
+def test_images_are_answered_while_a_video_streams(client: TestClient) -> None:
+    video = make_video(frames=120, background=BRIGHT)
+    image = encode(solid_image(200))
+    done: list[float] = []
+    with client.stream("POST", "/detect", content=video, headers={"content-type": "video/mp4"}) as streaming:
+        lines = streaming.iter_lines()
+        assert json.loads(next(lines))["frame"] == 0  # the video is being answered
+        for _ in range(3):
+            started = time.monotonic()
+            response = client.post("/detect", content=image, headers={"content-type": "image/png"})
+            assert response.status_code == 200, response.text
+            done.append(time.monotonic() - started)
+        rest = [json.loads(line) for line in lines if line]
+    assert rest[-1]["frames_processed"] == 120
+    assert max(done) < 5.0  # answered while the video still streamed, not after it
+
+
+def test_a_mask_model_draws_its_masks_in_the_mp4(make_client: MakeClient, multi_repo: Path) -> None:
+    client = make_client(multi_repo)
+    data = make_video(frames=3, background=BRIGHT)
+    headers = {"content-type": "video/mp4"}
+    boxed = client.post("/detect?model=masks&format=mp4", content=data, headers=headers)
+    plain = client.post("/detect?model=a-stretch&format=mp4", content=data, headers=headers)
+    assert boxed.status_code == plain.status_code == 200, boxed.text
+    with av.open(io.BytesIO(boxed.content)) as a, av.open(io.BytesIO(plain.content)) as b:
+        masked = next(a.decode(video=0)).to_ndarray(format="rgb24").astype(int)
+        unmasked = next(b.decode(video=0)).to_ndarray(format="rgb24").astype(int)
+    # The toy masks fill the centre of each box: translucent colour there, none without masks.
+    centre = (slice(20, 28), slice(28, 36))
+    assert np.abs(masked[centre] - unmasked[centre]).mean() > 20
+
+
+def test_damage_in_the_middle_ends_the_answer_with_an_error_line(client: TestClient) -> None:
+    data = bytearray(noisy_mjpeg_mkv(frames=40))
+    middle = len(data) // 2
+    data[middle : middle + 200] = bytes(200)
+    lines = _lines(client.post("/detect", content=bytes(data), headers={"content-type": "video/x-matroska"}))
+    frames, last = lines[:-1], lines[-1]
+    assert 4 <= len(frames) < 40 and [f["frame"] for f in frames] == list(range(len(frames)))
+    assert last["status"] == 400 and last["field"] == "video"
+    # Every frame decoded before the damage is answered.
+    assert last["error"].startswith(f"video: corrupt data after frame {frames[-1]['frame']} ")
+
+
+def test_everything_a_video_holds_is_given_back_however_it_ends(client: TestClient) -> None:
+    resources: Any = client.app.state.resources  # type: ignore[attr-defined]
+    lifecycle: Any = client.app.state.lifecycle  # type: ignore[attr-defined]
+    data = make_video(frames=40, background=BRIGHT)
+    video = {"content": data, "headers": {"content-type": "video/mp4"}}
+    client.post("/detect", **video)
+    client.post("/detect?format=mp4", **video)
+    client.post("/detect", content=b"\x1a\x45\xdf\xa3junk", headers={"content-type": "video/webm"})
+    damaged = bytearray(noisy_mjpeg_mkv())
+    damaged[len(damaged) // 2 : len(damaged) // 2 + 200] = bytes(200)
+    client.post("/detect", content=bytes(damaged), headers={"content-type": "video/x-matroska"})
+    with client.stream("POST", "/detect", **video) as response:  # the client stops reading early
+        assert json.loads(next(response.iter_lines()))["frame"] == 0
+    wait_until(
+        lambda: (resources.body_budget.used, resources.image_budget.used, lifecycle.in_flight) == (0, 0, 0),
+        what="the budgets and the in-flight count back to zero",
+    )
