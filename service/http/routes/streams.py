@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, HTTPException, Response
 from fastapi.responses import StreamingResponse
 
 from service.errors import QueueFull, ServiceUnavailable
@@ -46,6 +46,21 @@ async def delete_stream(stream_id: str, streams: StreamsDep) -> Response:
     """Stop the session (its reader thread and task) and forget it."""
     await streams.delete(stream_id)
     return Response(status_code=204)
+
+
+def _answer_405_with_every_method(path: str, allowed: tuple[str, ...]) -> None:
+    """Two routes share ``path`` (one per method): Starlette's 405 would name only the first one's methods
+    in ``Allow``; this route answers the other methods with all of them."""
+
+    async def method_not_allowed() -> Response:
+        raise HTTPException(405, "Method Not Allowed", headers={"Allow": ", ".join(allowed)})
+
+    others = [m for m in ("GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS") if m not in allowed]
+    router.add_api_route(path, method_not_allowed, methods=others, include_in_schema=False)
+
+
+_answer_405_with_every_method("", ("GET", "POST"))
+_answer_405_with_every_method("/{stream_id}", ("GET", "DELETE"))
 
 
 @router.get(
