@@ -7,6 +7,8 @@ and broken sources.
   frames: the web page's sample shapes images, moving (a cycle of ``cycle`` frames, pre-encoded, so
   serving costs almost no CPU). Each client gets its own pacing.
 - ``/clip.mp4``: a short H.264 MP4 of the same frames (played to the end, then the client reconnects).
+- ``/hls/index.m3u8``: the same clip as an HLS playlist of MPEG-TS segments (``/hls/*.ts``); a test may
+  add its own files to ``hls``.
 - ``/garbage``: random bytes; ``/silent``: accepts the request and never answers; ``/stall``: answers
   the headers of an MJPEG stream, then nothing.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import io
 import os
+import tempfile
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -45,6 +48,21 @@ def synthetic_frames(width: int, height: int, count: int) -> list[np.ndarray]:
     span = strip.shape[1] // 2
     step = max(1, span // count)
     return [np.ascontiguousarray(strip[:, (i * step) % span :][:, :width]) for i in range(count)]
+
+
+def encode_hls(frames: list[np.ndarray], fps: int) -> dict[str, bytes]:
+    """The frames as an HLS VOD playlist (``index.m3u8``) and its one-second MPEG-TS segments, by name."""
+    with tempfile.TemporaryDirectory() as folder:
+        options = {"hls_time": "1", "hls_playlist_type": "vod", "hls_segment_type": "mpegts"}
+        with av.open(str(Path(folder) / "index.m3u8"), "w", format="hls", options=options) as container:
+            stream = container.add_stream("libx264", rate=fps, options={"g": str(fps)})
+            stream.height, stream.width = frames[0].shape[:2]
+            stream.pix_fmt = "yuv420p"
+            for image in frames:
+                container.mux(stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")))
+            container.mux(stream.encode(None))
+        files = {path.name: path.read_bytes() for path in Path(folder).iterdir()}
+    return files
 
 
 def encode_mp4(frames: list[np.ndarray], fps: int) -> bytes:
@@ -78,6 +96,7 @@ class SourceServer:
         self.fps = fps
         self.jpegs = [simplejpeg.encode_jpeg(f, quality=85, colorspace="RGB") for f in frames]
         self.mp4 = encode_mp4(frames, round(fps))
+        self.hls = encode_hls(frames, round(fps))
         self.stop_event = threading.Event()
         self.sent: dict[str, int] = {}  # frames sent per MJPEG path
         handler = type("Handler", (_Handler,), {"source": self})
@@ -119,6 +138,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self._mjpeg(self.path)
             elif self.path == "/clip.mp4":
                 self._send(200, "video/mp4", src.mp4)
+            elif self.path.startswith("/hls/") and self.path[5:] in src.hls:
+                kind = "application/vnd.apple.mpegurl" if self.path.endswith(".m3u8") else "video/mp2t"
+                self._send(200, kind, src.hls[self.path[5:]])
             elif self.path == "/garbage":
                 self._send(200, "application/octet-stream", os.urandom(256 * 1024))
             elif self.path == "/silent":

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from service_testkit import wait_until
@@ -22,8 +23,15 @@ def source() -> Iterator[SourceServer]:
         yield server
 
 
-def reader_for(url: str, *, fps: float = 15, max_pixels: int = 1 << 24, attempts: int = 3) -> FrameReader:
-    config = ReaderConfig(url, fps, max_pixels, 1.0, 1.0, 0.05, 0.2, attempts, PROTOCOL_WHITELIST)
+def reader_for(
+    url: str,
+    *,
+    fps: float = 15,
+    max_pixels: int = 1 << 24,
+    attempts: int = 3,
+    whitelist: str = PROTOCOL_WHITELIST,
+) -> FrameReader:
+    config = ReaderConfig(url, fps, max_pixels, 1.0, 1.0, 0.05, 0.2, attempts, whitelist)
     reader = FrameReader(config, NewestFrame(lambda: None), SessionState())
     reader.start()
     return reader
@@ -115,3 +123,34 @@ def test_the_rate_is_counted_over_its_window() -> None:
         meter.tick(100.0 + (i // 2) * 0.2 + (i % 2) * 0.0666)
     assert meter.rate(103.0) == pytest.approx(10.0, rel=0.05)
     assert meter.rate(106.0) == 0.0  # nothing in the last 2 s
+
+
+def test_an_hls_playlist_plays_through_its_segments(source: SourceServer) -> None:
+    reader = reader_for(source.url("hls/index.m3u8"))
+    try:
+        frame = take(reader)
+        assert frame.codec == "h264" and frame.to_rgb(1 << 24).shape == (120, 160, 3)
+        assert reader.state.value == "running"
+    finally:
+        assert reader.stop(2.0)
+
+
+def test_an_hls_playlist_cannot_make_the_server_read_a_local_file(
+    source: SourceServer, tmp_path: Path
+) -> None:
+    segment = tmp_path / "segment.ts"
+    segment.write_bytes(next(data for name, data in source.hls.items() if name.endswith(".ts")))
+    source.hls["local.m3u8"] = (
+        "#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:2\n#EXT-X-PLAYLIST-TYPE:VOD\n"
+        f"#EXTINF:1.0,\n{segment.as_uri()}\n#EXT-X-ENDLIST\n"
+    ).encode()
+    reader = reader_for(source.url("hls/local.m3u8"), attempts=1)
+    wait_until(lambda: reader.state.value == "error", timeout=10, what="state error")
+    assert reader.frames_read == 0 and reader.slot.take() is None
+    assert reader.stop(2.0)
+    # The same playlist with file allowed does read the local segment: the whitelist is what refused it.
+    reader = reader_for(source.url("hls/local.m3u8"), whitelist=PROTOCOL_WHITELIST + ",file")
+    try:
+        take(reader)
+    finally:
+        assert reader.stop(2.0)
