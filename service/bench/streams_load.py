@@ -6,9 +6,9 @@ sources, opens N stream sessions, and after a warm-up measures for ``--duration`
 processed per second per stream (from ``GET /v1/streams``), frames dropped, the lag from capture to
 event of every event received over Server-Sent Events (p50, p99), the latency of an interactive client's
 ``POST /detect`` of a sample image every 0.25 s beside the streams (p50, p99: the priority at work), and
-the server's CPU use (its process's user + system time; 100% = one core). Each N is one JSON line in
-``--out``; an N already there for the same model, fps and duration is skipped, so an interrupted run
-resumes.
+the server's CPU use (its process's user + system time; 100% = one core) and resident memory. Each N is
+one JSON line in ``--out``; an N already there for the same model, fps and duration is skipped, so an
+interrupted run resumes.
 
     detect-bench streams --streams 1,2,4,8,16 --duration 20 --out docs/results/streams.jsonl
 
@@ -53,6 +53,7 @@ class StreamsResult:
     interactive_ms_p50: float | None
     interactive_ms_p99: float | None
     server_cpu_percent: float  # 100 = one core
+    server_rss_mb: float  # the server's resident memory at the end of the window
     load_average: tuple[float, float, float]
     cpus: int
     when: str
@@ -158,6 +159,13 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def _measure(
     client: object, url: str, pid: int, source: SourceServer, model: str, n: int, args: argparse.Namespace
 ) -> StreamsResult:
@@ -185,6 +193,7 @@ def _measure(
     time.sleep(args.duration)
     counting.clear()
     after, cpu1, t1 = _snapshot(client), _cpu_seconds(pid), time.monotonic()
+    rss_mb = _rss_mb(pid)
     stop.set()
     for stream_id in ids:
         client.delete(f"/v1/streams/{stream_id}")
@@ -213,6 +222,7 @@ def _measure(
         interactive_ms_p50=round(float(np.percentile(asked, 50)), 1) if asked.size else None,
         interactive_ms_p99=round(float(np.percentile(asked, 99)), 1) if asked.size else None,
         server_cpu_percent=round(100 * (cpu1 - cpu0) / elapsed, 1),
+        server_rss_mb=round(rss_mb, 1),
         load_average=os.getloadavg(),
         cpus=os.cpu_count() or 0,
         when=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -269,5 +279,5 @@ def _row(r: StreamsResult) -> str:
         f" min {r.processed_fps_min:5.2f}"
         f"  dropped {sum(r.dropped):5d}  lag p50 {r.lag_ms_p50} ms p99 {r.lag_ms_p99} ms"
         f"  /detect p50 {r.interactive_ms_p50} ms p99 {r.interactive_ms_p99} ms ({r.interactive_ok} ok)"
-        f"  server CPU {r.server_cpu_percent:.0f}%  load {r.load_average[0]:.2f}"
+        f"  server CPU {r.server_cpu_percent:.0f}% RSS {r.server_rss_mb:.0f} MB  load {r.load_average[0]:.2f}"
     )
