@@ -8,12 +8,14 @@ import json
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
 import pytest
+from detect_testkit import batcher_of, post_png
 from fastapi.testclient import TestClient
-from service_testkit import make_settings, wait_until
+from service_testkit import GatedFactory, make_settings, wait_until
 
 from service.app import create_app
 from service.bench.stream_sources import SourceServer
@@ -127,6 +129,32 @@ def test_a_session_processes_at_its_fps_and_counts_the_rest_as_skipped(
     assert 4.0 <= float(state["processed_fps"]) <= 6.0  # type: ignore[arg-type]
     assert 12.0 <= float(state["input_fps"]) <= 18.0  # type: ignore[arg-type]
     assert int(state["frames_skipped"]) >= int(state["frames_read"]) // 2  # type: ignore[call-overload]
+
+
+def test_an_interactive_request_goes_before_queued_stream_frames(
+    make_client: MakeClient, toy_repo: Path, source: SourceServer, gated: GatedFactory
+) -> None:
+    client = make_client(toy_repo, max_batch_size=2, **settings_for(source))
+    backend, batcher = gated.backends["toy"], batcher_of(client, "toy")
+    backend.gate.clear()  # inference holds: what comes next queues
+    for i in range(3):
+        assert client.post("/v1/streams", json={"url": source.url(f"mjpeg/prio-{i}")}).status_code == 201
+    assert backend.entered.wait(10)  # a batch of stream frames runs (and holds)
+    # Each session has one frame in the batcher: in the held batch, or queued behind it.
+    wait_until(lambda: len(backend.calls[0]) + batcher.queue_depth == 3, what="every session's frame")
+    queued = batcher.queue_depth
+    answers: list[Any] = []
+    asking = threading.Thread(target=lambda: answers.append(post_png(client, 7)))
+    asking.start()
+    wait_until(lambda: batcher.queue_depth == queued + 1, what="the interactive image queued")
+    backend.gate.set()
+    asking.join(10)
+    assert answers and answers[0].status_code == 200
+    # White stream frames score 255, the interactive grey image 7: the next batch holds the interactive
+    # image although stream frames were queued before it (with two queued, the batch was full and one
+    # frame gave its place back).
+    assert all(round(v) == 255 for v in backend.calls[0])
+    assert 7 in [round(v) for v in backend.calls[1]]
 
 
 def test_what_is_refused_and_why(make_client: MakeClient, toy_repo: Path, source: SourceServer) -> None:
