@@ -212,8 +212,8 @@ class Settings(BaseSettings):
     # Frames processed per second of each session: the default and the most a session may ask for.
     stream_fps: float = Field(default=15.0, gt=0)
     stream_max_fps: float = Field(default=30.0, gt=0)
-    # A frame with more pixels than this is scaled down (keeping its aspect) when it is converted, so the
-    # newest frame each session holds is at most stream_max_pixels * 3 bytes.
+    # A frame with more pixels than this is scaled down (keeping its aspect) when it is converted; a source
+    # whose frames have more than 4 times this is refused (its decoder works at the source's resolution).
     stream_max_pixels: int = Field(default=1920 * 1080, gt=0)
     # Opening a source, and each read from it, give up after these many seconds (a source that never
     # answers, or stops sending): the session then reconnects.

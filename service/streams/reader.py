@@ -39,6 +39,10 @@ logger = logging.getLogger(__name__)
 _MAX_PACING_WAIT_S = 1.0
 
 
+# A source whose frames have more pixels than this many times ``max_pixels`` is refused: its decoder's
+# buffers (before any scaling) are at the source's resolution.
+SOURCE_PIXELS_FACTOR = 4
+
 # Codecs whose every frame decodes alone: the reader keeps their packets, not decoded frames.
 INTRA_ONLY_CODECS = frozenset({"mjpeg"})
 
@@ -66,6 +70,7 @@ class Frame:
                 raise ValueError(f"a {self.codec} frame that does not decode")
             frame = decoded[0]
         assert isinstance(frame, av.VideoFrame)
+        check_source_size(frame.width, frame.height, max_pixels)
         width, height = scaled_size(frame.width, frame.height, max_pixels)
         image: np.ndarray = frame.to_ndarray(width=width, height=height, format="rgb24")
         return image
@@ -136,6 +141,19 @@ class NewestFrame:
         with self._lock:
             frame, self._frame = self._frame, None
             return frame
+
+
+class SourceTooLarge(ValueError):
+    """The source's frames have more pixels than a session may decode."""
+
+
+def check_source_size(width: int, height: int, max_pixels: int) -> None:
+    """`SourceTooLarge` for frames of more than `SOURCE_PIXELS_FACTOR` x ``max_pixels`` pixels."""
+    if width * height > SOURCE_PIXELS_FACTOR * max_pixels:
+        raise SourceTooLarge(
+            f"the source's {width}x{height} frames are above {SOURCE_PIXELS_FACTOR} x stream_max_pixels "
+            f"({SOURCE_PIXELS_FACTOR * max_pixels} pixels)"
+        )
 
 
 def scaled_size(width: int, height: int, max_pixels: int) -> tuple[int, int]:
@@ -224,6 +242,7 @@ class FrameReader:
                 raise ValueError("the source has no video stream")
             stream = container.streams.video[0]
             codec = stream.codec_context.name
+            check_source_size(stream.codec_context.width, stream.codec_context.height, cfg.max_pixels)
             if codec in INTRA_ONLY_CODECS:
                 return self._read_packets(container, stream, codec)
             finite = container.duration is not None

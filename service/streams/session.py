@@ -7,9 +7,9 @@ its detections to the session's tracker, publishes one event per processed frame
 Events clients, and keeps that frame and its detections for the snapshot. One frame at a time per
 session: a session never has more than one frame in the batcher.
 
-Memory: a session holds at most three frames of at most ``stream_max_pixels`` pixels (the newest in
-the reader's slot, the one being detected, and the last processed one for the snapshot), plus the
-decoder's own buffers.
+Memory: a session holds the reader's newest frame (a JPEG, or one decoded frame of a source of at most
+4 x ``stream_max_pixels`` pixels), the RGB frame being detected and the last processed one for the
+snapshot (each at most ``stream_max_pixels`` pixels), plus the decoder's own buffers (docs/streams.md).
 """
 
 from __future__ import annotations
@@ -32,7 +32,14 @@ from service.pipeline.entry import DetectionPipeline
 from service.runtime.model_runtime import ModelRuntime
 from service.streams.events import EventHub
 from service.streams.metrics import StreamMetrics
-from service.streams.reader import Frame, FrameReader, NewestFrame, RateMeter, ReaderConfig
+from service.streams.reader import (
+    Frame,
+    FrameReader,
+    NewestFrame,
+    RateMeter,
+    ReaderConfig,
+    SourceTooLarge,
+)
 from service.streams.schemas import StreamInfo, StreamRequest
 from service.streams.sources import redact
 from service.streams.state import SessionState, State
@@ -171,6 +178,10 @@ class StreamSession:
     async def _process(self, frame: Frame) -> None:
         try:  # decoded (intra-only sources) and converted only now that it is processed
             image = await self._pipeline.resources.scheduler.run(0, frame.to_rgb, self._max_pixels)
+        except SourceTooLarge as exc:  # an MJPEG camera's frames: known only once one is decoded
+            self.state.fail(str(exc))
+            await asyncio.to_thread(self._reader.stop, 0)
+            return
         except (av.FFmpegError, ValueError) as exc:
             self._drop("corrupt")
             logger.debug("stream %s: frame %d does not decode: %s", self.id, frame.number, exc)

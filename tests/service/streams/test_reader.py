@@ -12,7 +12,15 @@ import pytest
 from service_testkit import wait_until
 
 from service.bench.stream_sources import SourceServer
-from service.streams.reader import Frame, FrameReader, NewestFrame, RateMeter, ReaderConfig, scaled_size
+from service.streams.reader import (
+    Frame,
+    FrameReader,
+    NewestFrame,
+    RateMeter,
+    ReaderConfig,
+    SourceTooLarge,
+    scaled_size,
+)
 from service.streams.sources import PROTOCOL_WHITELIST
 from service.streams.state import SessionState
 
@@ -152,5 +160,20 @@ def test_an_hls_playlist_cannot_make_the_server_read_a_local_file(
     reader = reader_for(source.url("hls/local.m3u8"), whitelist=PROTOCOL_WHITELIST + ",file")
     try:
         take(reader)
+    finally:
+        assert reader.stop(2.0)
+
+
+def test_a_source_far_above_the_pixel_bound_is_refused(source: SourceServer) -> None:
+    # Decoded frames (H.264): refused when opened, before any frame is decoded.
+    reader = reader_for(source.url("clip.mp4"), max_pixels=1000, attempts=1)
+    wait_until(lambda: reader.state.value == "error", timeout=10, what="state error")
+    assert "160x120 frames are above 4 x stream_max_pixels" in (reader.state.last_error or "")
+    assert reader.stop(2.0)
+    # MJPEG frames are decoded by their taker: refused there.
+    reader = reader_for(source.url("mjpeg/too-large"))
+    try:
+        with pytest.raises(SourceTooLarge):
+            take(reader).to_rgb(1000)
     finally:
         assert reader.stop(2.0)

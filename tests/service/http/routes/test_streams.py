@@ -194,6 +194,16 @@ def test_a_broken_source_is_a_visible_error_and_the_server_keeps_serving(
     assert client.delete(f"/v1/streams/{stream_id}").status_code == 204
 
 
+def test_a_camera_far_above_the_pixel_bound_ends_in_error(
+    make_client: MakeClient, toy_repo: Path, source: SourceServer
+) -> None:
+    client = make_client(toy_repo, stream_max_pixels=600, **settings_for(source))  # 64x48 = 3072 > 4 x 600
+    stream_id = client.post("/v1/streams", json={"url": source.url("mjpeg/large")}).json()["id"]
+    wait_until(lambda: info(client, stream_id)["state"] == "error", timeout=10, what="state error")
+    assert "above 4 x stream_max_pixels" in str(info(client, stream_id)["last_error"])
+    assert client.delete(f"/v1/streams/{stream_id}").status_code == 204
+
+
 def test_stream_endpoints_need_the_key(make_client: MakeClient, toy_repo: Path, source: SourceServer) -> None:
     client = make_client(toy_repo, api_keys="s3cret", **settings_for(source))
     assert client.get("/v1/streams").status_code == 401
