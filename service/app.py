@@ -4,7 +4,9 @@ The repository is scanned when the app is created (a broken one raises `Reposito
 so are the API keys (a missing key file raises `ApiKeyError`); the lifespan then loads, warms up and
 starts every model in the background, so liveness answers immediately and readiness turns true when
 all models serve. With ``grpc_port`` set, the Open Inference Protocol's gRPC server (`service.grpc`) starts
-and stops in the same lifespan. On shutdown the batchers drain.
+and stops in the same lifespan. On shutdown the batchers drain. Stream sessions (`service.streams`) are
+owned by one `StreamManager`: it reads the declared streams when the app is created (a bad settings file
+raises), opens them once the pipeline exists, and stops every session first on shutdown.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from service.http.error_responses import install_error_handlers
 from service.http.lifecycle import Lifecycle
 from service.http.middleware import DetectRequestMiddleware
 from service.http.openapi import install_openapi
-from service.http.routes import captures, detect, health, metrics, models
+from service.http.routes import captures, detect, health, metrics, models, streams
 from service.http.web import install_web
 from service.pipeline.entry import DetectionPipeline
 from service.pipeline.shadow import ShadowRunner
@@ -36,8 +38,12 @@ from service.runtime.model_control import ModelControl
 from service.runtime.model_runtime import ModelRuntime
 from service.runtime.repository import scan_repository, select_versions
 from service.settings import Settings
+from service.streams.manager import StreamManager
+from service.streams.metrics import StreamMetrics
+from service.streams.session import FrameTracker
 from service.v2 import repository_routes as v2_repository
 from service.v2 import routes as v2_models
+from service.video.tracking import Tracker, TrackerConfig
 
 
 def _package_version() -> str:
@@ -45,6 +51,11 @@ def _package_version() -> str:
         return version("detect")
     except PackageNotFoundError:  # running from a source tree that was not installed
         return "0+unknown"
+
+
+def _stream_tracker(fps: float) -> FrameTracker:
+    """A stream session's tracker, tuned to the frames per second it processes."""
+    return Tracker(TrackerConfig.for_fps(fps))
 
 
 def create_app(settings: Settings | None = None, *, backend_factory: BackendFactory | None = None) -> FastAPI:
@@ -62,6 +73,9 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     runtime = ModelRuntime(entries, settings, service_metrics, backend_factory or create_backend)
     control = ModelControl(runtime, settings)
     capture = SampleCapture(settings, service_metrics.registry)
+    stream_manager = StreamManager(
+        settings, runtime, StreamMetrics(service_metrics.registry), tracker_factory=_stream_tracker
+    )
     service_metrics.track_readiness(lambda: runtime.ready and not lifecycle.draining)
     service_metrics.bound_memory(settings.body_memory_bytes + settings.image_memory_bytes)
 
@@ -88,6 +102,7 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
         )
         runtime.start_loading()
         control.start_polling()
+        stream_manager.start(app.state.pipeline)
         grpc_server = None
         if settings.grpc_port is not None:
             state = ServingState(
@@ -100,6 +115,7 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
             yield
         finally:
             lifecycle.begin_drain()
+            await stream_manager.stop(settings.stream_read_timeout_s + 1)
             if grpc_server is not None:  # calls in flight finish first (the CLI drained them already)
                 await grpc_server.stop(settings.drain_timeout_s)
             lifecycle.close()
@@ -128,14 +144,15 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     app.state.runtime = runtime
     app.state.control = control
     app.state.capture = capture
+    app.state.streams = stream_manager
     install_error_handlers(app)
     app.add_middleware(DetectRequestMiddleware, lifecycle=lifecycle, metrics=service_metrics)
     if api_keys:  # added last, so it runs first: nothing else runs for a request without a key
         app.add_middleware(ApiKeyMiddleware, keys=api_keys)
     routers = (
-        (detect, models, captures, health)
+        (detect, models, captures, streams, health)
         if settings.metrics_port is not None
-        else (detect, models, captures, health, metrics)
+        else (detect, models, captures, streams, health, metrics)
     )
     for module in routers:
         app.include_router(module.router)

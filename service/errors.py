@@ -32,6 +32,12 @@ class Unauthorized(ServiceError):
     status_code = 401
 
 
+class Forbidden(ServiceError):
+    """The request is understood but not allowed: e.g. a stream URL outside the allowed sources."""
+
+    status_code = 403
+
+
 class ModelNotFound(ServiceError):
     status_code = 404
 

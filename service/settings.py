@@ -210,7 +210,39 @@ class Settings(BaseSettings):
     rollout_shadow_max_in_flight: int = Field(default=4, gt=0)
     rollout_shadow_timeout_s: float = Field(default=1.0, gt=0)
 
-    @field_validator("openvino_cache_dir", "grpc_port", "capture_dir", mode="before")
+    # Camera and stream sessions (docs/streams.md). The server opens only URLs that start with one of these
+    # comma-separated prefixes (e.g. "rtsp://cameras.local/,http://127.0.0.1:9000/"); empty: sessions off,
+    # the /v1/streams endpoints answer 403. file:// and other schemes than rtsp, rtsps, http, https are
+    # never opened.
+    stream_sources: str = ""
+    # Sessions at once (each holds a reader thread and its newest frame).
+    max_streams: int = Field(default=16, gt=0)
+    # Frames processed per second of each session: the default and the most a session may ask for.
+    stream_fps: float = Field(default=15.0, gt=0)
+    stream_max_fps: float = Field(default=30.0, gt=0)
+    # A frame with more pixels than this is scaled down (keeping its aspect) when it is converted; a source
+    # whose frames have more than 4 times this is refused (its decoder works at the source's resolution).
+    stream_max_pixels: int = Field(default=1920 * 1080, gt=0)
+    # Opening a source, and each read from it, give up after these many seconds (a source that never
+    # answers, or stops sending): the session then reconnects.
+    stream_open_timeout_s: float = Field(default=10.0, gt=0)
+    stream_read_timeout_s: float = Field(default=5.0, gt=0)
+    # Reconnect backoff: the first wait, doubled after each failure up to the maximum. After this many
+    # failures in a row without a frame the session is in state error and stops trying (0: never).
+    stream_reconnect_initial_s: float = Field(default=0.5, gt=0)
+    stream_reconnect_max_s: float = Field(default=30.0, gt=0)
+    stream_reconnect_attempts: int = Field(default=10, ge=0)
+    # A frame that could not start inference within this time of its capture is dropped (and counted).
+    stream_max_lag_ms: float = Field(default=1000.0, gt=0)
+    # Server-Sent Events clients per session, and events buffered for each (a slower client loses the
+    # oldest; the count is in its stream's metrics).
+    stream_max_subscribers: int = Field(default=8, gt=0)
+    stream_event_buffer: int = Field(default=32, gt=0)
+    # Sessions started with the server and kept while it runs (fixed cameras, e.g. a Kubernetes ConfigMap):
+    # a JSON file, a list of {"id", "url", "model", "fps", "classes", "score_threshold"}.
+    streams_file: Path | None = None
+
+    @field_validator("openvino_cache_dir", "grpc_port", "capture_dir", "streams_file", mode="before")
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
         return None if value == "" else value
@@ -223,6 +255,11 @@ class Settings(BaseSettings):
             if not 0 <= low <= high <= 1:
                 raise ValueError(f"capture_score_band {value!r}: need 0 <= LOW <= HIGH <= 1")
         return value
+
+    @property
+    def stream_source_prefixes(self) -> tuple[str, ...]:
+        """`stream_sources` as a tuple of prefixes (empty: stream sessions are off)."""
+        return tuple(p.strip() for p in self.stream_sources.split(",") if p.strip())
 
     @property
     def capture_band(self) -> tuple[float, float] | None:

@@ -22,6 +22,11 @@ SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
         "load-test a running detect-serve over HTTP",
         "the bench extra: make setup-serve, or pip install -e '.[serve,bench]'",
     ),
+    "streams": (
+        "service.bench.streams_load",
+        "N synthetic cameras against detect-serve: processed fps, drops, lag, CPU",
+        "the bench extra: make setup-serve, or pip install -e '.[serve,bench]'",
+    ),
     "backend": (
         "exporters.bench.backend_command",
         "latency/throughput of an artifact per batch size (ORT, TensorRT, eager)",

@@ -17,6 +17,7 @@ from service.runtime.model_control import ModelControl
 from service.runtime.model_runtime import LoadedModel, ModelRuntime
 from service.schemas import DetectQuery
 from service.settings import Settings
+from service.streams.manager import StreamManager
 
 
 def get_settings(request: Request) -> Settings:
@@ -111,3 +112,11 @@ def get_capture(request: Request) -> SampleCapture:
 
 
 CaptureDep = Annotated[SampleCapture, Depends(get_capture)]
+
+
+def get_streams(request: Request) -> StreamManager:
+    streams: StreamManager = request.app.state.streams
+    return streams
+
+
+StreamsDep = Annotated[StreamManager, Depends(get_streams)]

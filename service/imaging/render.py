@@ -161,6 +161,7 @@ def render_detections(
     fmt: ImageFormat = "jpeg",
     masks: Iterable[PastedMask] | None = None,
     grid: Sequence[tuple[int, int, int, int]] = (),
+    track_ids: Sequence[int] | None = None,
 ) -> bytes:
-    """The boxed image, encoded: what ``format=jpeg|png`` returns."""
-    return encode_image(draw_detections(image_rgb, detections, labels, masks, grid), fmt)
+    """The boxed image, encoded: what ``format=jpeg|png`` returns (and a stream's snapshot)."""
+    return encode_image(draw_detections(image_rgb, detections, labels, masks, grid, track_ids), fmt)

@@ -38,6 +38,7 @@ from service.runtime.admission import (
     Resources,
 )
 from service.runtime.batch_worker import ItemTimes
+from service.runtime.batcher import Priority
 from service.runtime.model_runtime import LoadedModel
 from service.schemas import Box, DetectionResult
 
@@ -220,15 +221,21 @@ async def prepare_images(
 
 
 async def infer(
-    model: LoadedModel, images: list[np.ndarray], deadline: float | None, stages: RequestStages
+    model: LoadedModel,
+    images: list[np.ndarray],
+    deadline: float | None,
+    stages: RequestStages,
+    priority: Priority = "interactive",
 ) -> list[Outputs]:
     """Each network-sized image's outputs, queued together so they can share a batch.
 
-    ``deadline`` is the `time.monotonic` time by which inference must start (None: no limit).
+    ``deadline`` is the `time.monotonic` time by which inference must start (None: no limit);
+    ``priority``: interactive requests go before stream frames (`service.runtime.batcher`).
     """
     times = [ItemTimes() for _ in images]
     outputs = await gather_in_order(
-        model.submit(image, deadline, image_times) for image, image_times in zip(images, times, strict=True)
+        model.submit(image, deadline, image_times, priority)
+        for image, image_times in zip(images, times, strict=True)
     )
     for image_times in times:
         stages.batched(image_times)

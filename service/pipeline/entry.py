@@ -56,6 +56,7 @@ from service.pipeline.tasks import Gone, cancel_when_gone
 from service.pipeline.timing import RequestStages
 from service.runtime import tracing
 from service.runtime.admission import Resources
+from service.runtime.batcher import Priority
 from service.runtime.model_runtime import LoadedModel
 from service.schemas import DetectionResult
 
@@ -116,7 +117,13 @@ class DetectionPipeline:
 
     @asynccontextmanager
     async def admit(
-        self, model: LoadedModel, started_at: float, *, gone: Gone | None = None
+        self,
+        model: LoadedModel,
+        started_at: float,
+        *,
+        gone: Gone | None = None,
+        timeout_s: float | None = None,
+        priority: Priority = "interactive",
     ) -> AsyncIterator[PipelineRequest]:
         """One request for ``model`` that arrived at ``started_at`` (`time.monotonic`), for the block.
 
@@ -124,12 +131,14 @@ class DetectionPipeline:
         429; `ServiceUnavailable`, 503) when the model could not take even one image by then, before any
         input is read. ``gone`` returns when the caller went away: queued work is then cancelled
         (`ClientClosedRequest`). Whatever the request holds is given back when the block ends.
+        ``timeout_s`` replaces the request timeout (a stream frame: its lag bound); ``priority`` places its
+        images in the batcher (stream frames go after interactive requests: `service.runtime.batcher`).
         """
-        deadline = started_at + self.request_timeout_s
-        model.admit(1, deadline)
+        deadline = started_at + (self.request_timeout_s if timeout_s is None else timeout_s)
+        model.admit(1, deadline, priority)
         async with AsyncExitStack() as held:
             inputs = await held.enter_async_context(AsyncExitStack())
-            yield PipelineRequest(self, model, started_at, deadline, gone, held, inputs)
+            yield PipelineRequest(self, model, started_at, deadline, gone, held, inputs, priority)
 
 
 class PipelineRequest:
@@ -144,8 +153,10 @@ class PipelineRequest:
         gone: Gone | None,
         held: AsyncExitStack,
         inputs: AsyncExitStack,
+        priority: Priority = "interactive",
     ):
         self.model = model
+        self.priority = priority
         self.started_at = started_at
         self.deadline = deadline
         self.stages = RequestStages(model.metrics, tracing.REQUEST_SPAN.get())
@@ -245,10 +256,14 @@ class PipelineRequest:
         A video outlives one request's deadline: each call is admitted against the queue (429 when it
         could not start in time) with its own deadline, the request timeout from now. The frames' memory
         is the caller's to hold (see `service.video`); with ``keep_frames`` each outcome keeps its frame
-        (to draw on). ``labels`` name the frames in errors (default ``frames[i]``).
+        (to draw on). ``labels`` name the frames in errors (default ``frames[i]``). A stream frame (priority
+        ``stream``) keeps the deadline it was admitted with instead: its lag bound from capture.
         """
-        deadline = time.monotonic() + self._pipeline.request_timeout_s
-        self.model.admit(len(frames), deadline)
+        if self.priority == "stream":
+            deadline = self.deadline
+        else:
+            deadline = time.monotonic() + self._pipeline.request_timeout_s
+        self.model.admit(len(frames), deadline, self.priority)
         if not self._counted:
             self._held.enter_context(self._pipeline.in_flight.admitted())
             self._counted = True
@@ -258,7 +273,7 @@ class PipelineRequest:
             pixels, prepare_frames, self.model, frames, names, keep_frames, self.stages
         )
         network_inputs = [item.views[0].network_input for item in prepared]
-        outputs = await infer(self.model, network_inputs, deadline, self.stages)
+        outputs = await infer(self.model, network_inputs, deadline, self.stages, self.priority)
         return postprocess(self.model, prepared, outputs, params, self.stages)
 
     def server_timing(self) -> str:
@@ -349,6 +364,6 @@ class PipelineRequest:
 
     def _admit(self, images: int) -> None:
         """Admit the request's ``images`` against the queue, and count it in flight from here on."""
-        self.model.admit(images, self.deadline)
+        self.model.admit(images, self.deadline, self.priority)
         self._held.enter_context(self._pipeline.in_flight.admitted())
         self._counted = True

@@ -63,6 +63,7 @@ class Pending(Generic[In, Out]):
     deadline: float  # time.monotonic() by which inference must start; inf = none
     started: bool = field(default=False)
     times: ItemTimes | None = None  # filled with when this request waited and ran
+    background: bool = False  # a stream frame: taken after interactive items, shed first
 
 
 @dataclass

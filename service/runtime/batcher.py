@@ -15,6 +15,14 @@ deadline has passed (504) are dropped, so they cost no compute. A failing batch 
 waiters (500) and only those; the batcher keeps serving. The background task is owned: if it dies, the
 failure is logged, waiters are failed and `alive` turns false (readiness reports it).
 
+Priority: every item is ``interactive`` (a `/detect` or Open Inference Protocol request) or ``stream``
+(a frame of a camera session, `service.streams`). A batch is filled with interactive items first, stream
+frames only with the room left; a batch that is full but not yet dispatched gives a stream frame's place
+back to an interactive item that arrives meanwhile. Under load stream frames are shed first: an
+interactive request that finds the queue full evicts queued stream frames (they fail with `QueueFull` and
+their sessions count them as dropped) instead of being refused, and its expected wait counts only the
+interactive items ahead of it. A stream frame is refused when the queue is full.
+
 The batcher knows nothing about models: it batches opaque items through ``run_batch``, which its
 `service.runtime.batch_worker.BatchWorker` runs.
 """
@@ -27,7 +35,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Generic, TypeVar
+from typing import Generic, Literal, TypeVar
 
 from service.errors import DeadlineExceeded, QueueFull, ServiceError, ServiceUnavailable
 from service.runtime.batch_worker import BatcherMetrics, BatchWorker, ItemTimes, NoMetrics, Pending
@@ -40,6 +48,9 @@ Out = TypeVar("Out")
 
 # Why a batch was dispatched; the label values of the batch-close metric.
 CLOSE_REASONS = ("full", "delay", "deadline", "drain", "idle")
+
+# Interactive requests go first and are never shed for stream frames (see the module docstring).
+Priority = Literal["interactive", "stream"]
 
 # A batch closes this long before its earliest deadline, so that request can still start in time.
 DEFAULT_DEADLINE_MARGIN_S = 0.002
@@ -78,7 +89,8 @@ class DynamicBatcher(Generic[In, Out]):
         self.dispatch_when_idle = dispatch_when_idle
         self._metrics: BatcherMetrics = metrics or NoMetrics()
 
-        self._queue: deque[Pending[In, Out]] = deque()
+        self._queue: deque[Pending[In, Out]] = deque()  # interactive items
+        self._streams: deque[Pending[In, Out]] = deque()  # stream frames: taken after interactive items
         self._forming: list[Pending[In, Out]] = []  # taken from the queue, not yet dispatched
         self._dispatching: list[Pending[In, Out]] = []  # closed, being handed to the worker
         # Set on anything the collector may be waiting for: a new request, a finished batch, stop().
@@ -110,7 +122,13 @@ class DynamicBatcher(Generic[In, Out]):
     @property
     def queue_depth(self) -> int:
         """Requests waiting to start inference (queued plus the batch being formed)."""
-        return len(self._queue) + len(self._forming)
+        return len(self._queue) + len(self._streams) + len(self._forming)
+
+    def _depth_ahead_of(self, priority: Priority) -> int:
+        """Items that run before a new one of ``priority``: interactive items skip the stream frames."""
+        if priority == "stream":
+            return self.queue_depth
+        return len(self._queue) + sum(1 for p in self._forming if not p.background)
 
     async def stop(self, timeout: float | None = None) -> None:
         """Stop accepting requests, run everything already queued, then stop the worker.
@@ -141,46 +159,56 @@ class DynamicBatcher(Generic[In, Out]):
         """A guess at when the queue will have room: the time to run what is queued now."""
         return retry_after_s(self.expected_finish_s(1), 0.0)
 
-    def expected_finish_s(self, images: int) -> float:
+    def expected_finish_s(self, images: int, priority: Priority = "interactive") -> float:
         """Seconds until ``images`` queued now would be done, from the measured batch times (0: unknown)."""
         return expected_finish_s(
             self.batch_times,
-            queued=self.queue_depth,
+            queued=self._depth_ahead_of(priority),
             images=images,
             max_batch_size=self.max_batch_size,
             running_size=self._worker.running_size,
             running_for_s=time.monotonic() - self._worker.running_since,
         )
 
-    def admit(self, images: int, deadline: float | None) -> None:
+    def admit(self, images: int, deadline: float | None, priority: Priority = "interactive") -> None:
         """Refuse at once (`QueueFull`, 429 with Retry-After) a request of ``images`` that would overfill
         the queue, or that the queue as it is would keep from finishing by ``deadline``
         (`time.monotonic`). A request with nothing ahead of it is always admitted: it starts at once.
 
-        Until a batch has run the wait is unknown and only the queue size limits admission.
+        Until a batch has run the wait is unknown and only the queue size limits admission. An interactive
+        request makes room by shedding queued stream frames, and waits only behind interactive items.
         """
-        self._check_room(images)
-        nothing_ahead = self.queue_depth == 0 and self._worker.running_size == 0
+        self._check_room(images, priority)
+        ahead = self._depth_ahead_of(priority)
+        nothing_ahead = ahead == 0 and self._worker.running_size == 0
         if deadline is None or nothing_ahead or not self.batch_times.known:
             return
-        finish = self.expected_finish_s(images)
+        finish = self.expected_finish_s(images, priority)
         budget = deadline - time.monotonic()
         if finish > budget:
             raise QueueFull(
-                f"model {self.name!r} is overloaded: {self.queue_depth} images are queued ahead and this "
+                f"model {self.name!r} is overloaded: {ahead} images are queued ahead and this "
                 f"request would finish in ~{finish:.1f}s, past its deadline ({max(budget, 0.0):.1f}s left); "
                 "retry later",
                 retry_after_s=retry_after_s(finish, budget),
             )
 
-    async def submit(self, item: In, *, deadline: float | None = None, times: ItemTimes | None = None) -> Out:
+    async def submit(
+        self,
+        item: In,
+        *,
+        deadline: float | None = None,
+        times: ItemTimes | None = None,
+        priority: Priority = "interactive",
+    ) -> Out:
         """Queue ``item`` and wait for its output.
 
         ``deadline`` is a `time.monotonic` time by which inference must start, or None for no limit.
         ``times``, if given, receives when this request waited and ran (`ItemTimes`).
         Raises `QueueFull` (429) when ``max_queue_size`` requests are waiting, `ServiceUnavailable`
         (503) when stopping or dead, `DeadlineExceeded` (504) when the request could not start in time,
-        and whatever the batch raised (`BackendError`, 500) when inference failed.
+        and whatever the batch raised (`BackendError`, 500) when inference failed. A ``stream`` item is
+        taken after interactive ones and shed first (`QueueFull`) when an interactive request needs room.
         Cancelling the caller removes the request before it runs.
         """
         if self._stopping:
@@ -189,13 +217,19 @@ class DynamicBatcher(Generic[In, Out]):
             raise ServiceUnavailable(
                 f"model {self.name!r} is not serving (batcher not running)", retry_after_s=5
             )
-        self._check_room(1)
+        self._check_room(1, priority)
         loop = asyncio.get_running_loop()
         now = time.monotonic()
+        background = priority == "stream"
         pending: Pending[In, Out] = Pending(
-            item, loop.create_future(), now, math.inf if deadline is None else deadline, times=times
+            item,
+            loop.create_future(),
+            now,
+            math.inf if deadline is None else deadline,
+            times=times,
+            background=background,
         )
-        self._queue.append(pending)
+        (self._streams if background else self._queue).append(pending)
         self._metrics.queue_depth(self.queue_depth)
         self._changed.set()
         try:
@@ -210,8 +244,16 @@ class DynamicBatcher(Generic[In, Out]):
             pending.future.cancel()
             raise
 
-    def _check_room(self, images: int) -> None:
-        """`QueueFull` (429 with Retry-After) when ``images`` more would exceed ``max_queue_size``."""
+    def _check_room(self, images: int, priority: Priority = "interactive") -> None:
+        """`QueueFull` (429 with Retry-After) when ``images`` more would exceed ``max_queue_size``; an
+        interactive request first sheds queued stream frames (the newest ones) to make room."""
+        if priority == "interactive":
+            while self._streams and self.queue_depth + images > self.max_queue_size:
+                shed = self._streams.pop()
+                if not shed.future.done():
+                    shed.future.set_exception(
+                        QueueFull(f"model {self.name!r}: stream frame shed for an interactive request")
+                    )
         if self.queue_depth + images > self.max_queue_size:
             raise QueueFull(
                 f"model {self.name!r} has {self.queue_depth} images waiting (max_queue_size "
@@ -268,9 +310,20 @@ class DynamicBatcher(Generic[In, Out]):
                 await self._wait_for_change(min(close_at, earliest) - now)
 
     def _take(self, batch: list[Pending[In, Out]]) -> None:
-        while self._queue and len(batch) < self.max_batch_size:
+        """Fill ``batch``: interactive items first, each taking a stream frame's place in a full batch
+        (the frame goes back to the front of its queue), then stream frames in the room left."""
+        while self._queue:
+            if len(batch) >= self.max_batch_size:
+                frames = [i for i, p in enumerate(batch) if p.background]
+                if not frames:
+                    break
+                self._streams.appendleft(batch.pop(frames[-1]))
             pending = self._queue.popleft()
             if not pending.future.done():  # done here = cancelled or expired while queued
+                batch.append(pending)
+        while self._streams and len(batch) < self.max_batch_size:
+            pending = self._streams.popleft()
+            if not pending.future.done():
                 batch.append(pending)
         self._metrics.queue_depth(self.queue_depth)
 
@@ -323,9 +376,10 @@ class DynamicBatcher(Generic[In, Out]):
             )
 
     def _fail_waiting(self, error: ServiceError) -> None:
-        for pending in [*self._dispatching, *self._forming, *self._queue]:
+        for pending in [*self._dispatching, *self._forming, *self._queue, *self._streams]:
             if not pending.future.done():
                 pending.future.set_exception(type(error)(error.message, retry_after_s=error.retry_after_s))
         self._dispatching = []
         self._forming = []
         self._queue.clear()
+        self._streams.clear()

@@ -24,7 +24,7 @@ from contract.manifest import Manifest
 from service.errors import BadRequest, ModelNotFound, ServiceUnavailable
 from service.runtime.backends import Backend, BackendFactory
 from service.runtime.batch_worker import ItemTimes
-from service.runtime.batcher import DynamicBatcher
+from service.runtime.batcher import DynamicBatcher, Priority
 from service.runtime.default_model import no_default_message, resolve_default_model
 from service.runtime.metrics import ModelMetrics, ServiceMetrics
 from service.runtime.repository import ModelEntry, version_sort_key
@@ -92,17 +92,21 @@ class LoadedModel:
             )
         return self.batcher
 
-    def admit(self, images: int, deadline: float | None) -> None:
+    def admit(self, images: int, deadline: float | None, priority: Priority = "interactive") -> None:
         """Refuse now (429 + Retry-After) ``images`` that could not be done by ``deadline`` behind the
         queue as it is (see `DynamicBatcher.admit`)."""
-        self.require_ready().admit(images, deadline)
+        self.require_ready().admit(images, deadline, priority)
 
     async def submit(
-        self, image: np.ndarray, deadline: float | None, times: ItemTimes | None = None
+        self,
+        image: np.ndarray,
+        deadline: float | None,
+        times: ItemTimes | None = None,
+        priority: Priority = "interactive",
     ) -> dict[str, np.ndarray]:
         """Queue one network-sized image; its outputs (batch dimension removed) once its batch ran.
-        ``times`` receives when it waited and ran (`ItemTimes`)."""
-        return await self.require_ready().submit(image, deadline=deadline, times=times)
+        ``times`` receives when it waited and ran (`ItemTimes`); ``priority``: see `DynamicBatcher`."""
+        return await self.require_ready().submit(image, deadline=deadline, times=times, priority=priority)
 
     @contextmanager
     def lease(self) -> Iterator[LoadedModel]:

@@ -26,7 +26,7 @@ K8S = ROOT / "k8s"
 K8S_SCHEMA_VERSION = "1.32.0"
 
 # Every kustomization in the repository, relative to k8s/.
-KUSTOMIZATIONS = ("base", "overlays/cpu", "overlays/gpu", "training", "monitoring")
+KUSTOMIZATIONS = ("base", "overlays/cpu", "overlays/gpu", "training", "monitoring", "examples/streams")
 # The serving ones (the server Deployment and everything around it).
 SERVING_KUSTOMIZATIONS = ("base", "overlays/cpu", "overlays/gpu")
 # Plain YAML applied with `kubectl apply -f`.

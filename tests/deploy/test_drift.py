@@ -29,6 +29,9 @@ from deploy_testkit import (
     pod_spec,
     settings_env_prefix,
 )
+from pydantic import TypeAdapter
+
+from service.streams.schemas import DeclaredStream
 
 ADAPTER_RULES = K8S / "monitoring" / "prometheus-adapter-rules.yaml"
 DOCS = ROOT / "docs" / "deployment.md"
@@ -91,6 +94,11 @@ def test_manifest_settings_exist_and_load(rendered, settings_env_names, load_set
     for configmap in objects_of(objects, "ConfigMap"):
         if "grafana_dashboard" in configmap["metadata"].get("labels", {}):
             continue  # a dashboard for Grafana's sidecar (k8s/monitoring), not the server's settings
+        if configmap["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "streams-file":
+            # DETECT_STREAMS_FILE's content (k8s/examples/streams): streams the server can declare.
+            streams = TypeAdapter(list[DeclaredStream]).validate_json(configmap["data"]["streams.json"])
+            assert streams, f"k8s/{kustomization}: an empty streams file"
+            continue
         data = configmap.get("data", {})
         prefixed = {key for key in data if key.startswith(settings_env_prefix())}
         assert prefixed == set(data), f"non-setting keys in {configmap['metadata']['name']}"

@@ -40,6 +40,14 @@ include-path-regex = "^(/v1)?/detect$|/infer$|^/v2/repository/models/[^/]+/load$
 checks.positive_data_acceptance.expected-statuses = [
   "2xx", "3xx", "401", "403", "404", "409", "429", "5xx", "400",
 ]
+
+# A stream's URL must start with an allowed prefix (403 otherwise) and be rtsp(s) or http(s) (400): no
+# generated URL is allowed, so no session is opened (and none of its endless event streams is read).
+[[operations]]
+include-path = "/v1/streams"
+checks.positive_data_acceptance.expected-statuses = [
+  "2xx", "3xx", "401", "403", "404", "409", "429", "5xx", "400",
+]
 """
 
 # Warnings that say the document is wrong or unusable. Left out, as they depend on the data drawn, not on
@@ -210,7 +218,14 @@ def test_schemathesis_finds_nothing(tmp_path: Path, setup: str) -> None:
     config.write_text(COMMON_CONFIG + extra_config)
     server = Server(
         repo,
-        {"DETECT_INTRA_OP_THREADS": "1", "DETECT_WORKER_THREADS": "2", "DETECT_ACCESS_LOG": "false", **env},
+        {
+            "DETECT_INTRA_OP_THREADS": "1",
+            "DETECT_WORKER_THREADS": "2",
+            "DETECT_ACCESS_LOG": "false",
+            # Stream sessions on (off, every /v1/streams operation answers 403), allowing no real source.
+            "DETECT_STREAM_SOURCES": "http://127.0.0.1:9/",
+            **env,
+        },
     )
     try:
         with httpx.Client(base_url=server.url, timeout=10, headers={"x-api-key": KEY}) as http:

@@ -21,6 +21,7 @@ import pytest
 from pycocotools import mask as mask_utils
 from service_testkit import PROJECT, Server, add_toy_model, encode
 
+from service.bench.stream_sources import SourceServer, synthetic_frames
 from service.http.web import SAMPLES_DIR
 
 CHROMIUM = shutil.which("chromium")
@@ -35,13 +36,26 @@ WAIT_S = 30
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """The committed default model beside a toy mask model, the default declared by the repository."""
+def cameras() -> Iterator[SourceServer]:
+    """Synthetic MJPEG cameras on 127.0.0.1 for the video tab (small and slow: the page, not the load)."""
+    with SourceServer(fps=5, width=320, height=240, cycle=10) as source:
+        yield source
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, cameras: SourceServer) -> Iterator[Server]:
+    """The committed default model beside a toy mask model, the default declared by the repository;
+    stream sessions may open the test's cameras."""
     repo = tmp_path_factory.mktemp("web_repo")
     (repo / "ssd300-synth").symlink_to(PROJECT / "models" / "ssd300-synth")
     add_toy_model(repo, "toy-masks", mask_size=(8, 8))
     (repo / "default").write_text("ssd300-synth\n")
-    server = Server(repo, {"DETECT_INTRA_OP_THREADS": "1", "DETECT_WORKER_THREADS": "2"})
+    env = {
+        "DETECT_INTRA_OP_THREADS": "1",
+        "DETECT_WORKER_THREADS": "2",
+        "DETECT_STREAM_SOURCES": cameras.base_url,
+    }
+    server = Server(repo, env)
     try:
         server.wait_until(
             lambda: httpx.get(f"{server.url}/health/ready", timeout=5).status_code == 200, "readiness"
@@ -272,3 +286,99 @@ def test_page_tiles_on_request_and_draws_the_grid(browser: Any, server: Server, 
     # The grid is white, drawn over the image: that pixel brightens in every channel.
     brighter = " && ".join(f"Array.from({pixel})[{c}] > {before[c] + 15}" for c in range(3))
     wait_for(browser, brighter, "the tile grid drawn")
+
+
+def test_video_tab_shows_a_streams_frames_with_track_ids_live(
+    browser: Any, server: Server, cameras: SourceServer, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    created = httpx.post(f"{server.url}/v1/streams", json={"url": cameras.url("mjpeg/page"), "fps": 5})
+    assert created.status_code == 201, created.text
+    stream_id = created.json()["id"]
+    try:
+        browser.get(f"{server.url}/")
+        browser.find_element(By.ID, "tab-video").click()
+        assert browser.find_element(By.ID, "image-tab").get_attribute("hidden") is not None
+        wait_for(browser, "window.detectVideo.events >= 4 && window.detectVideo.snapshots >= 1", "frames")
+        assert browser.execute_script("return window.detectVideo.stream") == stream_id
+        # One script sees the event and the table together (the page fills the table as it takes the event).
+        event, rows = browser.execute_script(
+            "return [window.detectVideo.lastEvent, [...document.querySelectorAll('#tracks tbody tr')]"
+            ".map((row) => [...row.cells].map((cell) => cell.textContent))]"
+        )
+        expected = [
+            [str(d["track_id"]) if d["track_id"] is not None else "-", d["label"], f"{d['score']:.2f}"]
+            for d in event["detections"]
+        ]
+        assert [row[:3] for row in rows] == expected
+        assert event["width"] == 320 and event["height"] == 240 and event["detections"]
+        # The sample shapes are found with high scores: tracked, with ids, after the first frames.
+        assert any(d["track_id"] is not None for d in event["detections"])
+        size = browser.execute_script(
+            "const i = document.getElementById('snapshot'); return [i.naturalWidth, i.naturalHeight]"
+        )
+        assert size == [320, 240]
+        assert "running" in browser.find_element(By.ID, "stream-info").text
+        browser.save_screenshot(str(tmp_path / "page-video-tab.png"))
+    finally:
+        assert httpx.delete(f"{server.url}/v1/streams/{stream_id}").status_code == 204
+
+
+def webm_clip(path: Path, frames: int = 8) -> Path:
+    """A VP9 WebM of the moving sample shapes (a codec every Chromium plays)."""
+    import av
+
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libvpx-vp9", rate=5)
+        stream.width, stream.height, stream.pix_fmt = 320, 240, "yuv420p"
+        for image in synthetic_frames(320, 240, frames):
+            container.mux(stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")))
+        container.mux(stream.encode(None))
+    return path
+
+
+def test_video_tab_shows_an_uploaded_clips_frames_with_track_ids(
+    browser: Any, server: Server, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    clip = webm_clip(tmp_path / "shapes.webm")
+    answer = httpx.post(
+        f"{server.url}/detect",
+        content=clip.read_bytes(),
+        headers={"content-type": "video/webm"},
+        timeout=WAIT_S,
+    )
+    assert answer.status_code == 200, answer.text
+    lines = [json.loads(line) for line in answer.text.splitlines()]
+
+    browser.get(f"{server.url}/")
+    wait_for(browser, "document.getElementById('model').options.length > 0", "the model list")
+    browser.find_element(By.ID, "tab-video").click()
+    browser.find_element(By.ID, "clip").send_keys(str(clip))
+    wait_for(browser, "window.detectVideo.clip && window.detectVideo.clip.done", "the clip's answer")
+    shown = browser.execute_script("return window.detectVideo.clip")
+    assert shown["error"] is None
+    assert shown["frames"] == lines[:-1] and shown["summary"] == lines[-1]
+    assert lines[-1]["tracks"] >= 1  # the shapes are tracked
+    # Step to the processed frame at 1 s: its boxes are drawn (over the clip when the browser plays it; this
+    # headless Chromium refuses blob media, so on a blank frame) and its detections listed.
+    browser.execute_script(
+        "const s = document.getElementById('clip-frame'); s.value = '5'; s.dispatchEvent(new Event('input'));"
+    )
+    wait_for(browser, "window.detectVideo.clipShownFrame === 5", "the boxes of the frame at 1 s")
+    rows = browser.execute_script(
+        "return [...document.querySelectorAll('#tracks tbody tr')]"
+        ".map((row) => [...row.cells].map((cell) => cell.textContent))"
+    )
+    at_one_second = next(f for f in lines[:-1] if f["frame"] == 5)
+    assert [row[1] for row in rows] == [d["label"] for d in at_one_second["detections"]]
+    assert [row[0] for row in rows] == [str(d.get("track_id", "-")) for d in at_one_second["detections"]]
+    overlay = browser.execute_script(
+        "const c = document.getElementById('clip-overlay');"
+        "const px = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
+        "let n = 0; for (let i = 3; i < px.length; i += 4) n += px[i] > 0; return [c.width, n];"
+    )
+    assert overlay[0] > 0 and overlay[1] > 0  # boxes drawn
+    browser.save_screenshot(str(tmp_path / "page-video-clip.png"))

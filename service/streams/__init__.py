@@ -1,0 +1,1 @@
+"""Camera and stream sessions: `POST /v1/streams` (docs/streams.md)."""

@@ -1,0 +1,52 @@
+"""Which stream URLs the server opens, and how they are shown.
+
+Only rtsp, rtsps, http and https URLs that start with a prefix of ``stream_sources`` (DETECT_STREAM_SOURCES)
+are opened; FFmpeg is told the same protocols (``protocol_whitelist``), so a source cannot make it open a
+file, a pipe or a concatenation from inside (an HLS playlist naming file:// segments). A password in a URL
+is never reported (`redact`).
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit, urlunsplit
+
+from service.errors import BadRequest, Forbidden
+
+SCHEMES = ("rtsp", "rtsps", "http", "https")
+# What FFmpeg may open on a session's behalf, also from inside a source (an HLS playlist's segments, an
+# RTSP session's data channels): never file, pipe, concat, subfile or data.
+PROTOCOL_WHITELIST = "http,https,tcp,tls,udp,rtp,rtsp,rtsps,srtp,crypto,httpproxy"
+
+
+class StreamsOff(Forbidden):
+    def __init__(self) -> None:
+        super().__init__(
+            "stream sessions are off on this server: DETECT_STREAM_SOURCES lists no allowed URL prefix"
+        )
+
+
+def check_source(url: str, prefixes: tuple[str, ...]) -> None:
+    """`BadRequest` for a URL that is not rtsp(s)/http(s), `Forbidden` (403) for one outside ``prefixes``."""
+    if any(ch.isspace() or ord(ch) < 32 for ch in url):
+        raise BadRequest("url must not contain whitespace or control characters", field="url")
+    scheme = urlsplit(url).scheme.lower()
+    if scheme not in SCHEMES:
+        raise BadRequest(
+            f"url scheme {scheme or '(none)'!r} is not allowed: use one of {', '.join(SCHEMES)}", field="url"
+        )
+    if not prefixes:
+        raise StreamsOff()
+    if not url.startswith(prefixes):
+        raise Forbidden(
+            f"url {redact(url)!r} does not start with an allowed source prefix (DETECT_STREAM_SOURCES)",
+            field="url",
+        )
+
+
+def redact(url: str) -> str:
+    """``url`` without a password (``rtsp://user:***@host/...``), as reports show it."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))

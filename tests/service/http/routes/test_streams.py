@@ -1,0 +1,231 @@
+"""/v1/streams against sources this test serves on 127.0.0.1: the lifecycle of a session (open, running,
+events with track ids, snapshot, metrics, delete), what is refused and why, broken sources as a visible
+state, the API key, and streams declared in the settings file."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+import pytest
+from detect_testkit import batcher_of, post_png
+from fastapi.testclient import TestClient
+from service_testkit import GatedFactory, make_settings, wait_until
+
+from service.app import create_app
+from service.bench.stream_sources import SourceServer
+
+MakeClient = Callable[..., TestClient]
+# White frames: the toy model's scores are then its full scale (0.8 to 1.0), so every detection is tracked.
+WHITE = [np.full((48, 64, 3), 255, np.uint8)] * 4
+
+
+@pytest.fixture(scope="module")
+def source() -> Iterator[SourceServer]:
+    with SourceServer(fps=15, frames=WHITE) as server:
+        yield server
+
+
+def settings_for(source: SourceServer, **overrides: object) -> dict[str, object]:
+    values: dict[str, object] = {
+        "stream_sources": source.base_url,
+        "stream_open_timeout_s": 1.0,
+        "stream_read_timeout_s": 1.0,
+        "stream_reconnect_initial_s": 0.05,
+        "stream_reconnect_attempts": 2,
+    }
+    values.update(overrides)
+    return values
+
+
+def info(client: TestClient, stream_id: str) -> dict[str, object]:
+    response = client.get(f"/v1/streams/{stream_id}")
+    assert response.status_code == 200, response.text
+    body: dict[str, object] = response.json()
+    return body
+
+
+def processed(client: TestClient, stream_id: str) -> int:
+    value = info(client, stream_id)["frames_processed"]
+    assert isinstance(value, int)
+    return value
+
+
+def test_streams_are_off_without_allowed_sources(client: TestClient) -> None:
+    for response in (
+        client.get("/v1/streams"),
+        client.post("/v1/streams", json={"url": "http://127.0.0.1:1/a"}),
+        client.get("/v1/streams/x/snapshot.jpg"),
+    ):
+        assert response.status_code == 403
+        assert "DETECT_STREAM_SOURCES" in response.json()["error"]
+
+
+def test_a_session_runs_sends_tracked_events_and_is_deleted(
+    make_client: MakeClient, toy_repo: Path, source: SourceServer
+) -> None:
+    client = make_client(toy_repo, **settings_for(source))
+    created = client.post("/v1/streams", json={"url": source.url("mjpeg/lifecycle"), "fps": 15})
+    assert created.status_code == 201, created.text
+    stream_id = created.json()["id"]
+    wait_until(lambda: processed(client, stream_id) >= 3, what="3 processed frames")
+    state = info(client, stream_id)
+    assert state["state"] == "running" and state["model"] == "toy"
+    assert (state["width"], state["height"]) == (64, 48)
+    assert state["lag_ms_p99"] is not None and state["last_error"] is None
+    assert [s["id"] for s in client.get("/v1/streams").json()["streams"]] == [stream_id]
+
+    # Events: read in a thread until the session is deleted, which ends the response.
+    body: list[str] = []
+    reading = threading.Thread(target=lambda: body.append(client.get(f"/v1/streams/{stream_id}/events").text))
+    reading.start()
+    wait_until(lambda: info(client, stream_id)["subscribers"] == 1, what="the events client")
+    seen = processed(client, stream_id)
+    wait_until(lambda: processed(client, stream_id) >= seen + 4, what="4 more frames")
+
+    snapshot = client.get(f"/v1/streams/{stream_id}/snapshot.jpg")
+    assert snapshot.status_code == 200 and snapshot.headers["content-type"] == "image/jpeg"
+    image = cv2.imdecode(np.frombuffer(snapshot.content, np.uint8), cv2.IMREAD_COLOR)
+    assert image.shape == (48, 64, 3)
+    assert not (image > 250).all()  # boxes and captions are drawn on the white frame
+
+    metrics = client.get("/metrics").text
+    assert f'detect_stream_processed_frames_total{{stream="{stream_id}"}}' in metrics
+    assert 'detect_streams{state="running"} 1.0' in metrics
+
+    assert client.delete(f"/v1/streams/{stream_id}").status_code == 204
+    reading.join(10)
+    assert not reading.is_alive()
+    frames = [json.loads(line[6:]) for line in body[0].splitlines() if line.startswith('data: {"')]
+    assert len(frames) >= 3 and body[0].rstrip().endswith("data: {}")  # the end event
+    numbers = [f["frame"] for f in frames]
+    assert numbers == sorted(numbers)
+    last = frames[-1]
+    assert last["stream"] == stream_id and (last["width"], last["height"]) == (64, 48)
+    assert {d["label"] for d in last["detections"]} == {"cat", "dog", "bird"}
+    # The toy model finds the same boxes in every frame: their track ids are stable from frame to frame.
+    ids = [sorted(d["track_id"] for d in f["detections"]) for f in frames[-3:]]
+    assert None not in ids[0] and ids[0] == ids[1] == ids[2]
+    assert len(set(ids[0])) == len(last["detections"]) >= 3
+
+    assert client.get(f"/v1/streams/{stream_id}").status_code == 404
+    metrics = client.get("/metrics").text
+    assert f'stream="{stream_id}"' not in metrics
+    assert 'detect_streams{state="running"} 0.0' in metrics
+
+
+def test_a_session_processes_at_its_fps_and_counts_the_rest_as_skipped(
+    make_client: MakeClient, toy_repo: Path, source: SourceServer
+) -> None:
+    client = make_client(toy_repo, **settings_for(source))
+    stream_id = client.post("/v1/streams", json={"url": source.url("mjpeg/fps"), "fps": 5}).json()["id"]
+    wait_until(lambda: info(client, stream_id)["frames_read"] >= 40, what="40 frames read (15 fps)")
+    state = info(client, stream_id)
+    assert 4.0 <= float(state["processed_fps"]) <= 6.0  # type: ignore[arg-type]
+    assert 12.0 <= float(state["input_fps"]) <= 18.0  # type: ignore[arg-type]
+    assert int(state["frames_skipped"]) >= int(state["frames_read"]) // 2  # type: ignore[call-overload]
+
+
+def test_an_interactive_request_goes_before_queued_stream_frames(
+    make_client: MakeClient, toy_repo: Path, source: SourceServer, gated: GatedFactory
+) -> None:
+    client = make_client(toy_repo, max_batch_size=2, **settings_for(source))
+    backend, batcher = gated.backends["toy"], batcher_of(client, "toy")
+    backend.gate.clear()  # inference holds: what comes next queues
+    for i in range(3):
+        assert client.post("/v1/streams", json={"url": source.url(f"mjpeg/prio-{i}")}).status_code == 201
+    assert backend.entered.wait(10)  # a batch of stream frames runs (and holds)
+    # Each session has one frame in the batcher: in the held batch, or queued behind it.
+    wait_until(lambda: len(backend.calls[0]) + batcher.queue_depth == 3, what="every session's frame")
+    queued = batcher.queue_depth
+    answers: list[Any] = []
+    asking = threading.Thread(target=lambda: answers.append(post_png(client, 7)))
+    asking.start()
+    wait_until(lambda: batcher.queue_depth == queued + 1, what="the interactive image queued")
+    backend.gate.set()
+    asking.join(10)
+    assert answers and answers[0].status_code == 200
+    # White stream frames score 255, the interactive grey image 7: the next batch holds the interactive
+    # image although stream frames were queued before it (with two queued, the batch was full and one
+    # frame gave its place back).
+    assert all(round(v) == 255 for v in backend.calls[0])
+    assert 7 in [round(v) for v in backend.calls[1]]
+
+
+def test_what_is_refused_and_why(make_client: MakeClient, toy_repo: Path, source: SourceServer) -> None:
+    client = make_client(toy_repo, **settings_for(source, max_streams=1, stream_max_fps=20))
+    cases = [
+        ({"url": "file:///etc/passwd"}, 400, "url"),
+        ({"url": "http://127.0.0.1:9/elsewhere"}, 403, "url"),
+        ({"url": source.url("mjpeg/a"), "model": "nope"}, 404, None),
+        ({"url": source.url("mjpeg/a"), "fps": 25}, 400, "fps"),
+        ({"url": source.url("mjpeg/a"), "classes": "unicorn"}, 400, "classes"),
+    ]
+    for body, code, field in cases:
+        response = client.post("/v1/streams", json=body)
+        assert response.status_code == code, (body, response.text)
+        if field is not None:
+            assert response.json()["field"] == field
+    assert client.post("/v1/streams", json={"url": source.url("mjpeg/a"), "colour": 1}).status_code == 422
+    assert client.post("/v1/streams", json={"url": source.url("mjpeg/a")}).status_code == 201
+    full = client.post("/v1/streams", json={"url": source.url("mjpeg/b")})
+    assert full.status_code == 429 and "max_streams" in full.json()["error"]
+    assert client.get("/v1/streams/nope").status_code == 404
+    assert client.delete("/v1/streams/nope").status_code == 404
+
+
+@pytest.mark.parametrize(("path", "reason"), [("garbage", "Invalid data"), ("silent", "timed out")])
+def test_a_broken_source_is_a_visible_error_and_the_server_keeps_serving(
+    make_client: MakeClient, toy_repo: Path, source: SourceServer, path: str, reason: str
+) -> None:
+    client = make_client(toy_repo, **settings_for(source))
+    stream_id = client.post("/v1/streams", json={"url": source.url(path)}).json()["id"]
+    wait_until(lambda: info(client, stream_id)["state"] == "error", timeout=10, what="state error")
+    state = info(client, stream_id)
+    assert reason in str(state["last_error"]) and state["reconnects"] == 1
+    snapshot = client.get(f"/v1/streams/{stream_id}/snapshot.jpg")
+    assert snapshot.status_code == 503 and "no processed frame" in snapshot.json()["error"]
+    assert client.get("/health/ready").status_code == 200
+    assert client.delete(f"/v1/streams/{stream_id}").status_code == 204
+
+
+def test_a_camera_far_above_the_pixel_bound_ends_in_error(
+    make_client: MakeClient, toy_repo: Path, source: SourceServer
+) -> None:
+    client = make_client(toy_repo, stream_max_pixels=600, **settings_for(source))  # 64x48 = 3072 > 4 x 600
+    stream_id = client.post("/v1/streams", json={"url": source.url("mjpeg/large")}).json()["id"]
+    wait_until(lambda: info(client, stream_id)["state"] == "error", timeout=10, what="state error")
+    assert "above 4 x stream_max_pixels" in str(info(client, stream_id)["last_error"])
+    assert client.delete(f"/v1/streams/{stream_id}").status_code == 204
+
+
+def test_stream_endpoints_need_the_key(make_client: MakeClient, toy_repo: Path, source: SourceServer) -> None:
+    client = make_client(toy_repo, api_keys="s3cret", **settings_for(source))
+    assert client.get("/v1/streams").status_code == 401
+    assert client.post("/v1/streams", json={"url": source.url("mjpeg/k")}).status_code == 401
+    assert client.get("/v1/streams", headers={"X-API-Key": "s3cret"}).status_code == 200
+
+
+def test_streams_of_the_settings_file_start_with_the_server(
+    make_client: MakeClient, toy_repo: Path, source: SourceServer, tmp_path: Path
+) -> None:
+    declared = tmp_path / "streams.json"
+    declared.write_text(json.dumps([{"id": "door", "url": source.url("mjpeg/door"), "fps": 5}]))
+    client = make_client(toy_repo, streams_file=declared, **settings_for(source))
+    wait_until(lambda: processed(client, "door") >= 1, what="the declared stream's first frame")
+    state = info(client, "door")
+    assert state["declared"] is True and state["fps"] == 5
+
+
+def test_a_settings_file_outside_the_allowed_sources_stops_the_server_from_starting(
+    toy_repo: Path, source: SourceServer, tmp_path: Path
+) -> None:
+    declared = tmp_path / "streams.json"
+    declared.write_text(json.dumps([{"id": "x", "url": "http://127.0.0.1:9/elsewhere"}]))
+    with pytest.raises(Exception, match="allowed source prefix"):
+        create_app(make_settings(toy_repo, streams_file=declared, **settings_for(source)))

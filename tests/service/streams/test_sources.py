@@ -1,0 +1,45 @@
+"""Which URLs a stream session may open, and how a URL with a password is reported."""
+
+from __future__ import annotations
+
+import pytest
+
+from service.errors import BadRequest, Forbidden
+from service.streams.sources import check_source, redact
+
+ALLOWED = ("rtsp://cameras.local/", "http://127.0.0.1:9000/")
+
+
+@pytest.mark.parametrize(
+    "url", ["rtsp://cameras.local/door", "http://127.0.0.1:9000/mjpeg/a", "rtsp://cameras.local/"]
+)
+def test_a_url_under_an_allowed_prefix_is_accepted(url: str) -> None:
+    check_source(url, ALLOWED)
+
+
+@pytest.mark.parametrize(
+    ("url", "error"),
+    [
+        ("file:///etc/passwd", BadRequest),
+        ("concat:http://127.0.0.1:9000/a|file:///etc/passwd", BadRequest),
+        ("/etc/passwd", BadRequest),
+        ("http://127.0.0.1:9000/a b", BadRequest),
+        ("http://127.0.0.1:9001/mjpeg/a", Forbidden),
+        ("rtsp://cameras.local.evil.example/x", Forbidden),
+        ("https://127.0.0.1:9000/mjpeg/a", Forbidden),
+    ],
+)
+def test_other_urls_are_refused_with_the_reason(url: str, error: type[Exception]) -> None:
+    with pytest.raises(error) as raised:
+        check_source(url, ALLOWED)
+    assert getattr(raised.value, "field", None) == "url"
+
+
+def test_with_no_prefix_configured_sessions_are_off() -> None:
+    with pytest.raises(Forbidden, match="DETECT_STREAM_SOURCES"):
+        check_source("http://127.0.0.1:9000/a", ())
+
+
+def test_a_password_is_never_reported() -> None:
+    assert redact("rtsp://admin:hunter2@cam.local:554/live") == "rtsp://admin:***@cam.local:554/live"
+    assert redact("http://127.0.0.1:9000/a") == "http://127.0.0.1:9000/a"
