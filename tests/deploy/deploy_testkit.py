@@ -303,13 +303,17 @@ def read_service_routes() -> ServiceRoutes:
 
 
 def read_metric_families() -> dict[str, str]:
-    """{metric family name: type} of every metric the service registers (`ServiceMetrics`, and the sample
-    capture's, which it adds to the same registry)."""
+    """{metric family name: type} of every metric the service registers (`ServiceMetrics`, and those the
+    sample capture, rollouts and stream sessions add to the same registry)."""
     from service.capture.recorder import CaptureMetrics
     from service.runtime.metrics import ServiceMetrics
+    from service.runtime.rollout import RolloutMetrics
+    from service.streams.metrics import StreamMetrics
 
     metrics = ServiceMetrics()
     CaptureMetrics(metrics.registry)
+    RolloutMetrics(metrics.registry)
+    StreamMetrics(metrics.registry)
     return {family.name: family.type for family in metrics.registry.collect()}
 
 
