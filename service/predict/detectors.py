@@ -87,7 +87,7 @@ class RemoteDetector:
         self.labels = self._labels()
 
     def _labels(self) -> tuple[Label, ...]:
-        with self._open("GET", "/v1/models") as response:
+        with self.open_path("GET", "/v1/models") as response:
             models = json.load(response)["models"]
         chosen = [m for m in models if (m["name"] == self.model if self.model else m.get("default"))]
         if not chosen:
@@ -97,7 +97,7 @@ class RemoteDetector:
         self.model = chosen[0]["name"]
         return tuple(Label.model_validate(label) for label in chosen[0]["labels"])
 
-    def _open(
+    def open_path(
         self, method: str, path: str, body: bytes | None = None, content_type: str | None = None
     ) -> Any:
         headers = dict(self.headers)
@@ -107,7 +107,7 @@ class RemoteDetector:
         try:
             return urllib.request.urlopen(request, timeout=self.timeout_s)
         except urllib.error.HTTPError as err:
-            raise SystemExit(f"detect-predict: {method} {path}: {err.code} {err.read().decode()}") from None
+            raise SystemExit(f"detect-predict: {method} {path}: {err.code} {_message(err.read())}") from None
         except urllib.error.URLError as err:
             raise SystemExit(f"detect-predict: cannot reach {self.url}: {err.reason}") from None
 
@@ -120,7 +120,7 @@ class RemoteDetector:
         return urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
 
     def detect_image(self, data: bytes, params: DetectParams) -> Found:
-        with self._open(
+        with self.open_path(
             "POST", f"/detect?{self._query(params)}", data, "application/octet-stream"
         ) as response:
             body = json.load(response)
@@ -132,7 +132,7 @@ class RemoteDetector:
     ) -> Iterator[Found | dict[str, Any]]:
         """Each processed frame as it is answered, then the summary (a dict)."""
         query = self._query(params, fps=fps, max_frames=max_frames, track=str(track).lower())
-        with self._open("POST", f"/detect?{query}", path.read_bytes(), "video/mp4") as response:
+        with self.open_path("POST", f"/detect?{query}", path.read_bytes(), "video/mp4") as response:
             for raw in response:
                 line = json.loads(raw)
                 if "error" in line:
@@ -142,6 +142,33 @@ class RemoteDetector:
                     continue
                 kept, ids = _detections(line["detections"], self.labels)
                 yield Found(line["width"], line["height"], kept, self.labels, ids, line["frame"], line["pts"])
+
+
+def _message(body: bytes) -> str:
+    """The ``error`` of the service's JSON error body, else the body as text."""
+    try:
+        error = json.loads(body).get("error")
+    except (ValueError, AttributeError):
+        error = None
+    return str(error) if error else body.decode(errors="replace")
+
+
+def coco_rows(found: Found, image_id: int) -> Iterator[dict[str, Any]]:
+    """``found`` as COCO results rows (``bbox`` x, y, w, h) with ``label``, and ``track_id`` if tracked."""
+    kept = found.detections
+    for i in range(len(kept)):
+        x1, y1, x2, y2 = (round(float(v), 2) for v in kept.boxes[i])
+        label = found.labels[int(kept.classes[i])]
+        row: dict[str, Any] = {
+            "image_id": image_id,
+            "category_id": label.coco_id if label.coco_id is not None else int(kept.classes[i]),
+            "bbox": [x1, y1, round(x2 - x1, 2), round(y2 - y1, 2)],
+            "score": round(float(kept.scores[i]), 5),
+            "label": label.name,
+        }
+        if i < len(found.track_ids) and found.track_ids[i] >= 0:
+            row["track_id"] = int(found.track_ids[i])
+        yield row
 
 
 def track(tracker: Tracker | None, found: KeptDetections) -> np.ndarray:

@@ -16,7 +16,8 @@ from tqdm import tqdm
 from service.imaging.decoding import decode_image
 from service.imaging.postprocess import DetectParams, parse_class_filter
 from service.imaging.render import draw_detections
-from service.predict.detectors import Found, LocalDetector, RemoteDetector, track
+from service.predict.detectors import Found, LocalDetector, RemoteDetector, coco_rows, track
+from service.predict.stream import is_stream_url, predict_stream
 from service.runtime.default_model import DefaultModelError, resolve_default_model
 from service.runtime.repository import RepositoryError, scan_model
 from service.video.decoding import VideoLimits, VideoReader, looks_like_video, open_video
@@ -52,23 +53,6 @@ def _images(source: Path) -> list[Path]:
     return files
 
 
-def _coco(found: Found, image_id: int) -> Iterator[dict[str, Any]]:
-    kept = found.detections
-    for i in range(len(kept)):
-        x1, y1, x2, y2 = (round(float(v), 2) for v in kept.boxes[i])
-        label = found.labels[int(kept.classes[i])]
-        row: dict[str, Any] = {
-            "image_id": image_id,
-            "category_id": label.coco_id if label.coco_id is not None else int(kept.classes[i]),
-            "bbox": [x1, y1, round(x2 - x1, 2), round(y2 - y1, 2)],
-            "score": round(float(kept.scores[i]), 5),
-            "label": label.name,
-        }
-        if i < len(found.track_ids) and found.track_ids[i] >= 0:
-            row["track_id"] = int(found.track_ids[i])
-        yield row
-
-
 def _draw(image_rgb: Any, found: Found) -> Any:
     ids = found.track_ids.tolist() if len(found.track_ids) else None
     return draw_detections(image_rgb, found.detections, found.labels, track_ids=ids)
@@ -94,7 +78,7 @@ def predict_images(
             assert image is not None
             kept = detector.detect([image], params)[0]
             found = Found(image.shape[1], image.shape[0], kept, detector.manifest.labels)
-        results.extend(_coco(found, image_id))
+        results.extend(coco_rows(found, image_id))
         names[image_id] = path.name
         if args.save and image is not None:
             cv2.imwrite(str(out / "boxed" / f"{path.stem}.jpg"), _draw(image, found))
@@ -148,7 +132,7 @@ def predict_video(
                 continue
             assert answer.frame is not None and answer.pts is not None
             image_id = answer.frame + 1
-            rows = list(_coco(answer, image_id))
+            rows = list(coco_rows(answer, image_id))
             results.extend(rows)
             times[image_id] = answer.pts
             lines.write(json.dumps({"frame": answer.frame, "pts": answer.pts, "detections": rows}) + "\n")
@@ -208,13 +192,31 @@ def _starts_like_video(path: Path) -> bool:
         return looks_like_video(handle.read(16))
 
 
+def _predict_stream(args: argparse.Namespace) -> None:
+    if not args.url:
+        raise SystemExit(
+            f"detect-predict: {args.source} is a stream URL: a server watches streams; give its address with"
+            " --url http://host:port (its DETECT_STREAM_SOURCES must allow the URL)"
+        )
+    if args.save:
+        raise SystemExit("detect-predict: --save is for folders and videos, not stream URLs")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    detector = RemoteDetector(args.url, args.model, args.api_key)
+    classes = parse_class_filter(args.classes, detector.labels) if args.classes else None
+    params = DetectParams(args.score_threshold, None, classes)
+    count = predict_stream(args.source, detector, params, out, args)
+    print(json.dumps({"source": args.source, "frames": count, "out": str(out)}), file=sys.stdout)
+
+
 def predict(args: argparse.Namespace) -> None:
     """Run ``detect-predict`` with parsed ``args`` (see `service.predict.cli`)."""
+    if is_stream_url(args.source):
+        _predict_stream(args)
+        return
+    if args.duration is not None:
+        raise SystemExit("detect-predict: --duration is for stream URLs; give --max-frames for a video")
     source = Path(args.source)
-    if "://" in args.source:
-        raise SystemExit(
-            "detect-predict: stream URLs are watched by a server (POST /v1/streams); give a folder or a file"
-        )
     if not source.exists():
         raise SystemExit(f"detect-predict: {source} does not exist")
     out = Path(args.out)

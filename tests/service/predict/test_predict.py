@@ -101,7 +101,7 @@ def test_bad_sources_are_clear_errors(tmp_path: Path, toy_repo: Path) -> None:
     artifact = ["--artifact", str(toy_repo / "toy" / "1")]
     with pytest.raises(SystemExit, match="does not exist"):
         main([str(tmp_path / "missing"), *artifact])
-    with pytest.raises(SystemExit, match="stream URLs are watched by a server"):
+    with pytest.raises(SystemExit, match="a server watches streams; give its address with --url"):
         main(["rtsp://camera.local/stream", *artifact])
     (tmp_path / "empty").mkdir()
     with pytest.raises(SystemExit, match="no images"):
