@@ -1,6 +1,7 @@
 """`detect-predict STREAM_URL --url SERVER`: a running server watches the stream (``POST /v1/streams``),
 this reads its Server-Sent Events (``GET /v1/streams/{id}/events``) until ``--max-frames`` events,
-``--duration`` seconds or Ctrl-C, and always closes the session (``DELETE /v1/streams/{id}``) at the end.
+``--duration`` seconds or Ctrl-C (or SIGTERM), and always closes the session (``DELETE
+/v1/streams/{id}``) at the end.
 
 The server's ``DETECT_STREAM_SOURCES`` decides which URLs it opens (403 otherwise). A session that ends in
 ``error`` (the source is broken or gone) stops the run with its reason and a non-zero exit.
@@ -10,12 +11,14 @@ from __future__ import annotations
 
 import json
 import queue
+import signal
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import IO, Any
 
 import numpy as np
@@ -87,6 +90,23 @@ class StreamSession:
             self._thread.join(timeout_s)
         if self._response is not None:
             self._response.close()
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (``kill``, a container stop) ends the block as Ctrl-C does, so the session is closed too."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @contextmanager
@@ -177,8 +197,8 @@ def _watch(session: StreamSession, watch: _Watch, lines: IO[str], bar: tqdm[Any]
         event = json.loads(data)
         found = _found(event, session.detector)
         assert found.frame is not None
-        watch.rows.extend(coco_rows(found, found.frame + 1))
-        watch.frames[str(found.frame + 1)] = {"pts": event["pts"], "captured_at": event["captured_at"]}
+        watch.rows.extend(coco_rows(found, found.frame))  # 1, 2, ...: frames read from the source
+        watch.frames[str(found.frame)] = {"pts": event["pts"], "captured_at": event["captured_at"]}
         lines.write(json.dumps(event) + "\n")
         watch.events += 1
         bar.update()
@@ -188,7 +208,8 @@ def predict_stream(
     source: str, detector: RemoteDetector, params: DetectParams, out: Path, options: Any
 ) -> int:
     """Watch ``source`` through the server of ``detector``; write ``frames.ndjson`` (the server's events,
-    then a summary line) and ``results.json`` (COCO rows with ``track_id``, image id = frame + 1)."""
+        then a summary line), ``results.json`` (COCO rows with ``track_id``; image id: the event's ``frame``,
+    the number of frames read from the source so far) and ``images.json`` (image id -> pts, capture time)."""
     classes = None
     if params.class_ids is not None:
         classes = ",".join(detector.labels[i].name for i in sorted(params.class_ids))
@@ -202,9 +223,10 @@ def predict_stream(
     watch = _Watch(options.max_frames, options.duration)
     interrupted = False
     with (
+        terminate_as_interrupt(),
+        open_stream(detector, request) as session,
         (out / "frames.ndjson").open("w") as lines,
         tqdm(unit="frame", total=options.max_frames, disable=options.quiet) as bar,
-        open_stream(detector, request) as session,
     ):
         session.subscribe()
         try:

@@ -77,12 +77,12 @@ def test_a_stream_through_a_server_until_max_frames(
     assert summary["frames_processed"] >= 4
     results = json.loads((out / "results.json").read_text())
     assert {r["label"] for r in results} == {"cat"}  # --classes went to the session
-    assert sorted({r["image_id"] for r in results}) == [e["frame"] + 1 for e in events]
-    last = [r for r in results if r["image_id"] == events[-1]["frame"] + 1]
+    assert sorted({r["image_id"] for r in results}) == [e["frame"] for e in events]
+    last = [r for r in results if r["image_id"] == events[-1]["frame"]]
     assert len(last) == 1 and "track_id" in last[0]  # confirmed after its first frame
     assert last[0]["score"] == pytest.approx(250 / 255, abs=0.01)
     frames = json.loads((out / "images.json").read_text())
-    assert list(frames) == [str(e["frame"] + 1) for e in events]
+    assert list(frames) == [str(e["frame"]) for e in events]
     assert _sessions(server) == []  # closed when done
 
 
