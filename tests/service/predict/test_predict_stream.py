@@ -5,6 +5,8 @@ brightness): the events written, the session always closed, and the refusals."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -96,8 +98,9 @@ def test_a_stream_until_the_duration(server: Server, camera: SourceServer, tmp_p
     assert _sessions(server) == []
 
 
-def test_ctrl_c_closes_the_session_and_keeps_what_was_written(
-    server: Server, camera: SourceServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_closes_the_session_and_keeps_what_was_written(
+    how: str, server: Server, camera: SourceServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = []
     real = stream_module.coco_rows
@@ -105,7 +108,9 @@ def test_ctrl_c_closes_the_session_and_keeps_what_was_written(
     def interrupt_on_the_third(found: Any, image_id: int) -> Any:
         calls.append(image_id)
         if len(calls) == 3:
-            raise KeyboardInterrupt
+            if how == "ctrl-c":
+                raise KeyboardInterrupt
+            os.kill(os.getpid(), signal.SIGTERM)  # its handler raises here, in the main thread
         return real(found, image_id)
 
     monkeypatch.setattr(stream_module, "coco_rows", interrupt_on_the_third)
@@ -115,6 +120,7 @@ def test_ctrl_c_closes_the_session_and_keeps_what_was_written(
     *events, summary = _lines(out)
     assert len(events) == 2 and summary["stopped_by"] == "interrupted"
     assert _sessions(server) == []
+    assert signal.getsignal(signal.SIGTERM) is not stream_module._interrupt  # put back
 
 
 def test_a_broken_source_fails_with_its_reason_and_is_closed(
