@@ -1,4 +1,4 @@
-"""``detect-predict SOURCE``: detections for a folder of images or a video file, written to ``--out``.
+"""``detect-predict SOURCE``: detections for a folder of images, a video file or a stream, to ``--out``.
 
 ::
 
@@ -24,6 +24,13 @@ from __future__ import annotations
 import argparse
 
 
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="detect-predict", description=__doc__.split("\n")[0])
     parser.add_argument(
@@ -41,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--classes", help="comma-separated classes to keep (names or ids)")
     parser.add_argument("--fps", type=float, help="video, stream: at most this many frames per second")
     parser.add_argument("--max-frames", type=int, help="video, stream: at most this many frames")
-    parser.add_argument("--duration", type=float, help="stream: stop after this many seconds")
+    parser.add_argument("--duration", type=_positive, help="stream: stop after this many seconds")
     parser.add_argument("--no-track", action="store_true", help="video: no track ids")
     parser.add_argument("--save", action="store_true", help="also write the boxed images or video")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")

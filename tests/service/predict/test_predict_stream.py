@@ -132,7 +132,9 @@ def test_a_broken_source_fails_with_its_reason_and_is_closed(
     assert _sessions(server) == []
 
 
-def test_refusals(server: Server, camera: SourceServer, toy_repo: Path, tmp_path: Path) -> None:
+def test_refusals(
+    server: Server, camera: SourceServer, toy_repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = ["--out", str(tmp_path / "o"), "--quiet"]
     with pytest.raises(SystemExit, match=r"403 url .* allowed source prefix \(DETECT_STREAM_SOURCES\)"):
         main([camera.url("clip.mp4"), "--url", server.url, *out])
@@ -142,4 +144,7 @@ def test_refusals(server: Server, camera: SourceServer, toy_repo: Path, tmp_path
         main([camera.url("mjpeg/door"), "--url", server.url, "--save", *out])
     with pytest.raises(SystemExit, match="--duration is for stream URLs"):
         main([str(tmp_path), "--url", server.url, "--duration", "3", *out])
+    with pytest.raises(SystemExit):
+        main([camera.url("mjpeg/door"), "--url", server.url, "--duration", "0", *out])
+    assert "argument --duration: must be above 0, not 0" in capsys.readouterr().err
     assert _sessions(server) == []
