@@ -208,7 +208,7 @@ def predict_stream(
     source: str, detector: RemoteDetector, params: DetectParams, out: Path, options: Any
 ) -> int:
     """Watch ``source`` through the server of ``detector``; write ``frames.ndjson`` (the server's events,
-        then a summary line), ``results.json`` (COCO rows with ``track_id``; image id: the event's ``frame``,
+    then a summary line), ``results.json`` (COCO rows with ``track_id``; image id: the event's ``frame``,
     the number of frames read from the source so far) and ``images.json`` (image id -> pts, capture time)."""
     classes = None
     if params.class_ids is not None:
@@ -221,7 +221,7 @@ def predict_stream(
         "score_threshold": params.score_threshold,
     }
     watch = _Watch(options.max_frames, options.duration)
-    interrupted = False
+    ended: SystemExit | None = None  # a failed session, or an interruption: after writing what came
     with (
         terminate_as_interrupt(),
         open_stream(detector, request) as session,
@@ -232,13 +232,23 @@ def predict_stream(
         try:
             _watch(session, watch, lines, bar)
         except KeyboardInterrupt:
-            interrupted, watch.stopped_by = True, "interrupted"
-        info = session.info()
-        summary = {k: info[k] for k in ("frames_read", "frames_processed", "dropped_frames", "reconnects")}
-        ending = {"summary": True, "events": watch.events, "stopped_by": watch.stopped_by, **summary}
+            watch.stopped_by = "interrupted"
+            ended = SystemExit(f"detect-predict: interrupted after {watch.events} frames (written to {out})")
+        except SystemExit as err:
+            watch.stopped_by, ended = "error", err
+        ending = {"summary": True, "events": watch.events, "stopped_by": watch.stopped_by, **_counts(session)}
         lines.write(json.dumps(ending) + "\n")
     (out / "results.json").write_text(json.dumps(watch.rows))
     (out / "images.json").write_text(json.dumps(watch.frames, indent=1))
-    if interrupted:
-        raise SystemExit(f"detect-predict: interrupted after {watch.events} frames (written to {out})")
+    if ended is not None:
+        raise ended
     return watch.events
+
+
+def _counts(session: StreamSession) -> dict[str, Any]:
+    """The session's own counts for the summary line (none when the server no longer answers)."""
+    try:
+        info = session.info()
+    except SystemExit:
+        return {}
+    return {k: info[k] for k in ("frames_read", "frames_processed", "dropped_frames", "reconnects")}

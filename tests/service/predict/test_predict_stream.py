@@ -130,6 +130,9 @@ def test_a_broken_source_fails_with_its_reason_and_is_closed(
     with pytest.raises(SystemExit, match=r"stream \S+ failed: .*Invalid data"):
         main([camera.url("garbage"), "--url", server.url, "--duration", "20", *out])
     assert _sessions(server) == []
+    [summary] = _lines(tmp_path / "o")  # what came is written, then the summary
+    assert summary["stopped_by"] == "error" and summary["events"] == summary["frames_processed"] == 0
+    assert json.loads((tmp_path / "o" / "results.json").read_text()) == []
 
 
 def test_refusals(
