@@ -4,6 +4,7 @@ brightness): the events written, the session always closed, and the refusals."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -17,6 +18,7 @@ import numpy as np
 import pytest
 from service_testkit import Server, wait_until
 
+import service.predict.detectors as detectors
 import service.predict.stream as stream_module
 from service.bench.stream_sources import SourceServer
 from service.predict.cli import main
@@ -103,7 +105,7 @@ def test_ctrl_c_or_sigterm_closes_the_session_and_keeps_what_was_written(
     how: str, server: Server, camera: SourceServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = []
-    real = stream_module.coco_rows
+    real = detectors.coco_rows
 
     def interrupt_on_the_third(found: Any, image_id: int) -> Any:
         calls.append(image_id)
@@ -151,3 +153,11 @@ def test_refusals(
         main([camera.url("mjpeg/door"), "--url", server.url, "--duration", "0", *out])
     assert "argument --duration: must be above 0, not 0" in capsys.readouterr().err
     assert _sessions(server) == []
+
+
+def test_the_event_stream_parser_follows_the_sse_format() -> None:
+    body = io.BytesIO(
+        b': connected\n\nid: 1\nevent: frame\ndata: {"a":\ndata: 1}\n\n: keepalive\n\n'
+        b"data:no space\r\n\r\nevent: end\ndata: {}\n\n"
+    )
+    assert list(stream_module._sse(body)) == [("frame", '{"a":\n1}'), ("message", "no space"), ("end", "{}")]
