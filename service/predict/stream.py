@@ -186,10 +186,12 @@ def _watch(session: StreamSession, watch: _Watch, lines: IO[str], bar: tqdm[Any]
                 watch.stopped_by = "stopped"
                 return
             continue
-        if kind in ("end", "closed"):
-            _check_state(session, last, bar)  # raises with the reason when it failed
-            watch.stopped_by = "stopped" if kind == "end" else f"connection closed: {data}"
+        if kind == "end":  # deleted by another client, or the server shuts down
+            watch.stopped_by = "stopped"
             return
+        if kind == "closed":
+            _check_state(session, last, bar)  # raises with the reason when it failed
+            raise SystemExit(f"detect-predict: the events of stream {session.id} broke off: {data}")
         if kind == "error":
             raise SystemExit(f"detect-predict: stream {session.id}: {data}")
         if kind != "frame":

@@ -125,6 +125,27 @@ def test_ctrl_c_or_sigterm_closes_the_session_and_keeps_what_was_written(
     assert signal.getsignal(signal.SIGTERM) is not stream_module._interrupt  # put back
 
 
+def test_a_session_deleted_by_another_client_ends_the_run(
+    server: Server, camera: SourceServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = detectors.coco_rows
+
+    def delete_on_the_second(found: Any, image_id: int) -> Any:
+        if found.frame is not None and not hasattr(delete_on_the_second, "done"):
+            delete_on_the_second.done = True  # type: ignore[attr-defined]
+            [session] = _sessions(server)
+            request = urllib.request.Request(f"{server.url}/v1/streams/{session['id']}", method="DELETE")
+            urllib.request.urlopen(request, timeout=5).close()
+        return real(found, image_id)
+
+    monkeypatch.setattr(stream_module, "coco_rows", delete_on_the_second)
+    out = tmp_path / "out"
+    main([camera.url("mjpeg/gate"), "--url", server.url, "--out", str(out), "--duration", "20", "--quiet"])
+    *events, summary = _lines(out)
+    assert summary["stopped_by"] == "stopped" and len(events) >= 1
+    assert _sessions(server) == []
+
+
 def test_a_broken_source_fails_with_its_reason_and_is_closed(
     server: Server, camera: SourceServer, tmp_path: Path
 ) -> None:
