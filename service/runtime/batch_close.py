@@ -1,0 +1,102 @@
+"""When a batch closes under the ``latency`` batching policy: a pure decision from the fitted batch-time
+model (`service.runtime.wait_estimate.BatchTimeModel`), the arrival rate and each request's budget.
+
+A request's budget ends at ``enqueued + latency budget`` (``DETECT_BATCH_LATENCY_BUDGET_MS``) or at its
+deadline, whichever is first. The decision, for the batch being formed:
+
+- **full**: it holds ``max_batch_size`` requests.
+- **deadline**: a request would otherwise miss the time by which it must start.
+- **budget**: one more request would make the oldest one finish past its budget (the running batch's
+  remaining time plus this batch's predicted time): the batch stops growing, and runs as soon as the
+  worker is free. This sizes batches per model and per moment: short batches when requests have already
+  waited, full ones when they have not.
+- **idle**: the worker is idle and waiting for the next expected arrival (``1 / rate``) does not lower the
+  summed completion time of the requests involved (this batch now and the next request after it, against
+  all of them together later), or the wait would run past the oldest request's budget.
+
+Otherwise the batch waits; `wait_s` says how long before the decision is worth taking again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+# The arrival-rate estimate follows the last ~this many gaps (exponential moving average).
+RATE_SMOOTHING = 16
+
+
+@dataclass(frozen=True)
+class BatchState:
+    """What the decision sees of the batch being formed and of the worker (times in seconds, monotonic)."""
+
+    size: int
+    max_batch_size: int
+    now: float
+    oldest_budget_end: float  # min(enqueued + latency budget, deadline) of the batch's oldest request
+    earliest_start_by: float  # the earliest time by which one of its requests must start (deadline - margin)
+    worker_idle: bool
+    worker_remaining_s: float  # predicted time left of the batch running now (0 when idle)
+    arrival_rate: float  # requests per second lately (0: unknown)
+
+
+def close_reason(state: BatchState, batch_seconds: Callable[[int], float] | None) -> str | None:
+    """Why the batch closes now, or None to keep it open. ``batch_seconds(n)`` is the predicted time of a
+    batch of ``n`` (None while nothing is known: the batch then closes whenever the worker is idle)."""
+    if state.size >= state.max_batch_size:
+        return "full"
+    if state.now >= state.earliest_start_by:
+        return "deadline"
+    if batch_seconds is None:
+        return "idle" if state.worker_idle else None
+    grown_finish = state.now + state.worker_remaining_s + batch_seconds(state.size + 1)
+    if grown_finish > state.oldest_budget_end:
+        return "budget"
+    if not state.worker_idle:
+        return None
+    gap = 1.0 / state.arrival_rate if state.arrival_rate > 0 else math.inf
+    if state.now + gap + batch_seconds(state.size + 1) > state.oldest_budget_end:
+        return "idle"
+    if not worth_waiting(state.size, gap, batch_seconds):
+        return "idle"
+    return None
+
+
+def worth_waiting(size: int, gap_s: float, batch_seconds: Callable[[int], float]) -> bool:
+    """Whether ``size`` requests waiting ``gap_s`` for one more and running together finish sooner, summed
+    over all of them, than running now and the newcomer alone after them."""
+    if not math.isfinite(gap_s):
+        return False
+    now_then_alone = size * batch_seconds(size) + max(batch_seconds(size), gap_s) + batch_seconds(1)
+    together = (size + 1) * (gap_s + batch_seconds(size + 1))
+    return together < now_then_alone
+
+
+def wait_s(state: BatchState) -> float:
+    """How long an open batch may wait before the decision is taken again (a new request, a finished
+    batch and stop() wake the batcher sooner)."""
+    gap = 1.0 / state.arrival_rate if state.arrival_rate > 0 else math.inf
+    return max(0.0, min(gap, state.oldest_budget_end - state.now, state.earliest_start_by - state.now))
+
+
+class ArrivalRate:
+    """Requests per second, from an exponential moving average of the gaps between arrivals."""
+
+    def __init__(self, smoothing: int = RATE_SMOOTHING):
+        self._alpha = 2.0 / (smoothing + 1)
+        self._gap: float | None = None
+        self._last: float | None = None
+
+    def arrived(self, at: float) -> None:
+        if self._last is not None:
+            gap = max(at - self._last, 0.0)
+            self._gap = gap if self._gap is None else self._gap + self._alpha * (gap - self._gap)
+        self._last = at
+
+    def rate(self, now: float) -> float:
+        """The rate; a silence longer than the average gap lowers it, as if an arrival came now."""
+        if self._gap is None or self._last is None:
+            return 0.0
+        gap = max(self._gap, (now - self._last) * self._alpha + self._gap * (1 - self._alpha))
+        return 1.0 / gap if gap > 0 else math.inf
