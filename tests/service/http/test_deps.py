@@ -9,7 +9,6 @@ from pathlib import Path
 
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
-
 from service_testkit import make_settings
 
 from service.app import create_app
@@ -25,7 +24,7 @@ def calls(dependant: Dependant) -> Iterator[object]:
 def runs_on_the_loop(call: object) -> bool:
     if inspect.isclass(call):  # a class dependency is constructed in the thread pool
         return False
-    target = getattr(call, "__call__", call) if not inspect.isfunction(call) else call
+    target = call if inspect.isfunction(call) else type(call).__call__  # an instance: its __call__
     return inspect.iscoroutinefunction(target) or inspect.isasyncgenfunction(target)
 
 
@@ -47,6 +46,10 @@ def test_no_route_hands_a_dependency_or_its_endpoint_to_a_thread(toy_repo: Path)
     found = list(api_calls(app.routes))
     assert any(path == "/detect" for path, _ in found) and len(found) > 20
     offenders = sorted(
-        {f"{path}: {getattr(call, '__qualname__', call)}" for path, call in found if not runs_on_the_loop(call)}
+        {
+            f"{path}: {getattr(call, '__qualname__', call)}"
+            for path, call in found
+            if not runs_on_the_loop(call)
+        },
     )
     assert offenders == []
