@@ -145,10 +145,12 @@ def main() -> int:
             else ""
         )
         client_ms = merged.client_cpu_cores * merged.duration_s * 1000 / max(merged.ok, 1)
+        switches = (merged.server_voluntary_switches or 0) / max(merged.ok, 1)
         print(
             f"{name:40s} {median_rps:6.1f} img/s (median of rounds)  HTTP/raw {median_rps / raw:.2f}  "
             f"p50 {lat.get('p50', 0):.1f}  p99 {lat.get('p99', 0):.1f}  mean {lat.get('mean', 0):.1f} ms  "
-            f"batch {merged.mean_batch_size or 0:.2f}  client CPU {client_ms:.2f} ms/req  {server}"
+            f"batch {merged.mean_batch_size or 0:.2f}  client CPU {client_ms:.2f} ms/req  {server}  "
+            f"thread blocks {switches:.1f}/req"
         )
         if args.jsonl:
             line = {
@@ -170,6 +172,7 @@ def main() -> int:
                     "user": (user or 0) * 1000 / max(merged.ok, 1),
                     "system": (system or 0) * 1000 / max(merged.ok, 1),
                 },
+                "server_voluntary_switches_per_request": switches,
                 "load_average": os.getloadavg(),
                 "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             }

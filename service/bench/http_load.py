@@ -69,6 +69,7 @@ class HttpLoadResult:
     # The server process's CPU over the measured window (None: its pid was not found), user and system.
     server_cpu_user_s: float | None = None
     server_cpu_system_s: float | None = None
+    server_voluntary_switches: int | None = None  # thread blocks (hand-offs, wake-ups) over the window
     raw_backend: dict[str, object] | None = field(default=None)
     http_over_raw: float | None = None
     rounds: int = 1
@@ -175,6 +176,7 @@ async def run_http_load(
         client_cpu_cores=client_cpu_s / elapsed,
         server_cpu_user_s=server_used.user_s if server_used else None,
         server_cpu_system_s=server_used.system_s if server_used else None,
+        server_voluntary_switches=server_used.voluntary_switches if server_used else None,
         stage_totals={name: t for name, t in gained.items() if name != "detect_batch_size" and t[1] > 0},
         latencies_s=latencies,
     )
@@ -236,6 +238,7 @@ def merge_rounds(rounds: list[HttpLoadResult]) -> HttpLoadResult:
         client=first.client,
         server_cpu_user_s=_sum_or_none([r.server_cpu_user_s for r in rounds]),
         server_cpu_system_s=_sum_or_none([r.server_cpu_system_s for r in rounds]),
+        server_voluntary_switches=_int_sum_or_none([r.server_voluntary_switches for r in rounds]),
         rounds=len(rounds),
         stage_totals={
             name: (
@@ -255,6 +258,10 @@ def median_latency(rounds: Sequence[HttpLoadResult]) -> dict[str, float]:
 
 
 def _sum_or_none(values: Sequence[float | None]) -> float | None:
+    return None if any(v is None for v in values) else sum(v for v in values if v is not None)
+
+
+def _int_sum_or_none(values: Sequence[int | None]) -> int | None:
     return None if any(v is None for v in values) else sum(v for v in values if v is not None)
 
 
@@ -347,4 +354,10 @@ def format_server_cpu(result: HttpLoadResult) -> str:
     return (
         f"server CPU   {(user + system) * per:.2f} ms per request (user {user * per:.2f}, system "
         f"{system * per:.2f}); {(user + system) / result.duration_s:.2f} cores busy on average"
+        + (
+            f"; {result.server_voluntary_switches / result.ok:.1f} thread blocks (voluntary switches) "
+            "per request"
+            if result.server_voluntary_switches is not None
+            else ""
+        )
     )

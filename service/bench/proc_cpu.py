@@ -1,5 +1,9 @@
-"""CPU time of a process read from ``/proc/<pid>/stat`` (Linux; no psutil), and which local process listens
-on a TCP port (so the load client can report the server's CPU per request without being told its pid)."""
+"""CPU time and context switches of a process read from ``/proc`` (Linux; no psutil), and which local
+process listens on a TCP port (so the load client can report the server's CPU per request without being
+told its pid).
+
+Voluntary context switches count every time one of the process's threads blocked (waited on a lock, a
+queue, a socket): thread hand-offs and wake-ups per request, which the machine's load does not change."""
 
 from __future__ import annotations
 
@@ -14,9 +18,14 @@ PROC = Path("/proc")
 class CpuTimes:
     user_s: float
     system_s: float
+    voluntary_switches: int = 0  # summed over the process's threads alive at the time
 
     def __sub__(self, other: CpuTimes) -> CpuTimes:
-        return CpuTimes(self.user_s - other.user_s, self.system_s - other.system_s)
+        return CpuTimes(
+            self.user_s - other.user_s,
+            self.system_s - other.system_s,
+            self.voluntary_switches - other.voluntary_switches,
+        )
 
     @property
     def total_s(self) -> float:
@@ -29,7 +38,22 @@ def cpu_times(pid: int, proc: Path = PROC) -> CpuTimes:
     # The command name (field 2) is in parentheses and may hold spaces: split after its closing one.
     fields = stat[stat.rindex(")") + 2 :].split()
     ticks = os.sysconf("SC_CLK_TCK")
-    return CpuTimes(int(fields[11]) / ticks, int(fields[12]) / ticks)  # utime, stime: fields 14, 15
+    # utime, stime: fields 14, 15
+    return CpuTimes(int(fields[11]) / ticks, int(fields[12]) / ticks, voluntary_switches(pid, proc))
+
+
+def voluntary_switches(pid: int, proc: Path = PROC) -> int:
+    """Voluntary context switches of all of ``pid``'s threads so far."""
+    total = 0
+    for task in (proc / str(pid) / "task").iterdir():
+        try:
+            status = (task / "status").read_text()
+        except OSError:  # the thread ended meanwhile
+            continue
+        for line in status.splitlines():
+            if line.startswith("voluntary_ctxt_switches:"):
+                total += int(line.split()[1])
+    return total
 
 
 def listening_inodes(port: int, proc: Path = PROC) -> set[str]:

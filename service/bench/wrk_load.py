@@ -54,5 +54,6 @@ def run_wrk_load(
         client="wrk",
         server_cpu_user_s=server_used.user_s if server_used else None,
         server_cpu_system_s=server_used.system_s if server_used else None,
+        server_voluntary_switches=server_used.voluntary_switches if server_used else None,
         stage_totals={name: t for name, t in gained.items() if name != "detect_batch_size" and t[1] > 0},
     )

@@ -254,3 +254,15 @@ def test_cpu_times_and_the_listening_pid() -> None:
         listener.bind(("127.0.0.1", 0))
         listener.listen()
         assert listener_pid(listener.getsockname()[1]) == os.getpid()
+
+
+def test_a_thread_that_blocks_counts_voluntary_switches() -> None:
+    before = cpu_times(os.getpid())
+    for _ in range(20):
+        waiter = threading.Event()
+        thread = threading.Thread(target=waiter.wait, args=(5,))
+        thread.start()
+        waiter.set()
+        thread.join()
+    time.sleep(0.01)  # this thread blocks too
+    assert (cpu_times(os.getpid()) - before).voluntary_switches >= 1
