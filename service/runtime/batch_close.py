@@ -6,10 +6,12 @@ deadline, whichever is first. The decision, for the batch being formed:
 
 - **full**: it holds ``max_batch_size`` requests.
 - **deadline**: a request would otherwise miss the time by which it must start.
-- **budget**: one more request would make the oldest one finish past its budget (the running batch's
-  remaining time plus this batch's predicted time): the batch stops growing, and runs as soon as the
-  worker is free. This sizes batches per model and per moment: short batches when requests have already
-  waited, full ones when they have not.
+- **budget**: the batch as it is keeps its oldest request within budget (the running batch's remaining
+  time plus this batch's predicted time), one more request would not, and the batch is at least as large
+  as the arrival rate needs (the smallest size whose throughput ``n / t(n)`` keeps up with it): the batch
+  stops growing and runs as soon as the worker is free. This sizes batches per model and per moment.
+  A budget already lost is not defended: capping batches then would only lower throughput and lengthen
+  the queue behind them, so the batch grows as under the fixed policy.
 - **idle**: the worker is idle and waiting for the next expected arrival (``1 / rate``) does not lower the
   summed completion time of the requests involved (this batch now and the next request after it, against
   all of them together later), or the wait would run past the oldest request's budget.
@@ -50,8 +52,12 @@ def close_reason(state: BatchState, batch_seconds: Callable[[int], float] | None
         return "deadline"
     if batch_seconds is None:
         return "idle" if state.worker_idle else None
-    grown_finish = state.now + state.worker_remaining_s + batch_seconds(state.size + 1)
-    if grown_finish > state.oldest_budget_end:
+    start = state.now + state.worker_remaining_s
+    if (
+        start + batch_seconds(state.size + 1) > state.oldest_budget_end
+        and start + batch_seconds(state.size) <= state.oldest_budget_end
+        and state.size >= keep_up_size(state.arrival_rate, state.max_batch_size, batch_seconds)
+    ):
         return "budget"
     if not state.worker_idle:
         return None
@@ -61,6 +67,14 @@ def close_reason(state: BatchState, batch_seconds: Callable[[int], float] | None
     if not worth_waiting(state.size, gap, batch_seconds):
         return "idle"
     return None
+
+
+def keep_up_size(rate: float, max_batch_size: int, batch_seconds: Callable[[int], float]) -> int:
+    """The smallest batch size whose throughput ``n / t(n)`` keeps up with ``rate``; where none does, the
+    smallest that reaches the highest throughput."""
+    throughput = [n / max(batch_seconds(n), 1e-9) for n in range(1, max_batch_size + 1)]
+    target = min(rate, max(throughput) * (1 - 1e-9))
+    return next(n for n, per_s in enumerate(throughput, start=1) if per_s >= target)
 
 
 def worth_waiting(size: int, gap_s: float, batch_seconds: Callable[[int], float]) -> bool:

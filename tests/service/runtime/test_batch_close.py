@@ -8,7 +8,14 @@ from dataclasses import replace
 
 import pytest
 
-from service.runtime.batch_close import ArrivalRate, BatchState, close_reason, wait_s, worth_waiting
+from service.runtime.batch_close import (
+    ArrivalRate,
+    BatchState,
+    close_reason,
+    keep_up_size,
+    wait_s,
+    worth_waiting,
+)
 
 
 def linear(per_image_ms: float, fixed_ms: float) -> Callable[[int], float]:
@@ -50,6 +57,24 @@ def test_a_batch_stops_growing_when_one_more_would_keep_its_oldest_past_budget()
     assert close_reason(replace(busy, size=1, now=10.010), model) == "budget"
 
 
+def test_a_lost_budget_is_not_defended() -> None:
+    model = linear(10, 3)
+    # Behind 80 ms of running batch even this batch of 2 (23 ms) misses the oldest's budget: capping it
+    # would only cost throughput, so it keeps growing while the worker is busy.
+    lost = state(size=2, worker_idle=False, worker_remaining_s=0.080, oldest_budget_end=10.080)
+    assert close_reason(lost, model) is None
+
+
+def test_batches_are_not_capped_below_what_the_arrival_rate_needs() -> None:
+    model = linear(10, 30)  # 1 image: 25/s, 4: 57/s, 8: 73/s
+    assert keep_up_size(20, 8, model) == 1 and keep_up_size(50, 8, model) == 3
+    assert keep_up_size(1000, 8, model) == 8  # none keeps up: the most throughput
+    assert keep_up_size(1000, 8, linear(10, 0)) == 1  # no fixed cost: size does not matter
+    busy = state(size=2, worker_idle=False, worker_remaining_s=0.0, oldest_budget_end=10.055)
+    assert close_reason(replace(busy, arrival_rate=20), model) == "budget"  # t(2) 50 ms fits 55, t(3) 60 not
+    assert close_reason(replace(busy, arrival_rate=50), model) is None  # 2 images cannot keep up: grow
+
+
 def test_an_idle_worker_waits_for_company_only_where_that_lowers_the_summed_latency() -> None:
     heavy_fixed = linear(1, 20)  # batching pays: a second image costs 1 ms, a second batch 21 ms
     assert close_reason(state(arrival_rate=500), heavy_fixed) is None  # the next one is ~2 ms away
@@ -57,7 +82,8 @@ def test_an_idle_worker_waits_for_company_only_where_that_lowers_the_summed_late
     assert close_reason(state(arrival_rate=0), heavy_fixed) == "idle"  # nothing is arriving
     # Waiting would run past the oldest request's budget: go now.
     assert close_reason(state(arrival_rate=500, oldest_budget_end=10.023), heavy_fixed) == "idle"
-    assert close_reason(state(arrival_rate=500, oldest_budget_end=10.020), heavy_fixed) == "budget"
+    # One more would miss the budget (22 > 21.5 ms) where one alone keeps it and keeps up with 20/s.
+    assert close_reason(state(arrival_rate=20, oldest_budget_end=10.0215), heavy_fixed) == "budget"
 
 
 def test_with_a_small_fixed_cost_an_idle_worker_never_waits() -> None:
