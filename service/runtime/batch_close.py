@@ -43,9 +43,15 @@ class BatchState:
     arrival_rate: float  # requests per second lately (0: unknown)
 
 
-def close_reason(state: BatchState, batch_seconds: Callable[[int], float] | None) -> str | None:
+def close_reason(
+    state: BatchState, batch_seconds: Callable[[int], float] | None, *, fitted: bool = True
+) -> str | None:
     """Why the batch closes now, or None to keep it open. ``batch_seconds(n)`` is the predicted time of a
-    batch of ``n`` (None while nothing is known: the batch then closes whenever the worker is idle)."""
+    batch of ``n`` (None while nothing is known: the batch then closes whenever the worker is idle).
+
+    ``fitted`` False (the model has seen one batch size only, so its per-batch cost is assumed, not
+    measured) turns the budget rule off: a model that believes batching gains nothing would cap batches
+    at the one size it has seen and so never learn otherwise."""
     if state.size >= state.max_batch_size:
         return "full"
     if state.now >= state.earliest_start_by:
@@ -54,7 +60,8 @@ def close_reason(state: BatchState, batch_seconds: Callable[[int], float] | None
         return "idle" if state.worker_idle else None
     start = state.now + state.worker_remaining_s
     if (
-        start + batch_seconds(state.size + 1) > state.oldest_budget_end
+        fitted
+        and start + batch_seconds(state.size + 1) > state.oldest_budget_end
         and start + batch_seconds(state.size) <= state.oldest_budget_end
         and state.size >= keep_up_size(state.arrival_rate, state.max_batch_size, batch_seconds)
     ):

@@ -303,7 +303,7 @@ class DynamicBatcher(Generic[In, Out]):
             return "drain"
         if self.policy == "latency":
             known = self.batch_times.seconds if self.batch_times.known else None
-            return close_reason(self._batch_state(batch, now), known)
+            return close_reason(self._batch_state(batch, now), known, fitted=self.batch_times.fitted)
         if now >= batch[0].enqueued_at + self.max_queue_delay_s:
             return "delay"
         if any(p.deadline - self.deadline_margin_s <= now for p in batch):
@@ -314,7 +314,7 @@ class DynamicBatcher(Generic[In, Out]):
 
     def _over_budget(self, batch: list[Pending[In, Out]]) -> bool:
         """Latency policy: one more request would keep the batch's oldest past its budget."""
-        if self.policy != "latency" or not batch or not self.batch_times.known:
+        if self.policy != "latency" or not batch or not self.batch_times.fitted:
             return False
         return close_reason(self._batch_state(batch, time.monotonic()), self.batch_times.seconds) == "budget"
 

@@ -57,6 +57,12 @@ def test_a_batch_stops_growing_when_one_more_would_keep_its_oldest_past_budget()
     assert close_reason(replace(busy, size=1, now=10.010), model) == "budget"
 
 
+def test_the_budget_rule_waits_for_a_fit_over_two_batch_sizes() -> None:
+    busy = state(size=2, worker_idle=False, worker_remaining_s=0.050, oldest_budget_end=10.080)
+    assert close_reason(busy, linear(10, 3)) == "budget"
+    assert close_reason(busy, linear(10, 3), fitted=False) is None  # keeps growing while busy
+
+
 def test_a_lost_budget_is_not_defended() -> None:
     model = linear(10, 3)
     # Behind 80 ms of running batch even this batch of 2 (23 ms) misses the oldest's budget: capping it
