@@ -50,7 +50,10 @@ def free_port() -> int:
 
 def start(repository: str, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
-    full_env = os.environ | {"DETECT_ACCESS_LOG": "false", "DETECT_LOG_LEVEL": "warning"} | env
+    # PYTHONSAFEPATH: `python -m` would put the working directory first on sys.path, ahead of a variant's
+    # PYTHONPATH, and every variant would run the checkout the script runs from.
+    quiet = {"DETECT_ACCESS_LOG": "false", "DETECT_LOG_LEVEL": "warning", "PYTHONSAFEPATH": "1"}
+    full_env = os.environ | quiet | env
     command = [sys.executable, "-m", "service.cli", "--model-repository", repository, "--port", str(port)]
     process = subprocess.Popen(command, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
