@@ -94,11 +94,15 @@ def worth_waiting(size: int, gap_s: float, batch_seconds: Callable[[int], float]
     return together < now_then_alone
 
 
-def wait_s(state: BatchState) -> float:
-    """How long an open batch may wait before the decision is taken again (a new request, a finished
-    batch and stop() wake the batcher sooner)."""
-    gap = 1.0 / state.arrival_rate if state.arrival_rate > 0 else math.inf
-    return max(0.0, min(gap, state.oldest_budget_end - state.now, state.earliest_start_by - state.now))
+def wait_s(state: BatchState) -> float | None:
+    """How long an open batch may wait before the decision is worth taking again, or None to wait for
+    the next event only (a new request, a finished batch, stop() wake the batcher anyway). Only future
+    moments count: a budget or a start time already past would make the batcher spin."""
+    moments = [state.oldest_budget_end - state.now, state.earliest_start_by - state.now]
+    if state.worker_idle and state.arrival_rate > 0:
+        moments.append(1.0 / state.arrival_rate)  # the expected next arrival, or the rate has decayed
+    ahead = [m for m in moments if 0 < m < math.inf]
+    return min(ahead) if ahead else None
 
 
 class ArrivalRate:

@@ -106,7 +106,11 @@ def test_wait_is_bounded_by_the_next_arrival_and_the_budget() -> None:
     assert wait_s(state(arrival_rate=500)) == pytest.approx(0.002)
     assert wait_s(state(arrival_rate=5)) == pytest.approx(0.1)  # the budget ends first
     assert wait_s(state(arrival_rate=5, earliest_start_by=10.03)) == pytest.approx(0.03)
-    assert wait_s(state(now=10.2)) == 0.0
+    assert wait_s(state(now=10.2)) is None  # nothing ahead: wait for the next request or batch
+    # A busy worker with the budget already lost: no timer at all (a zero wait would spin the loop); the
+    # finished batch wakes the batcher.
+    assert wait_s(state(now=10.2, worker_idle=False, arrival_rate=500)) is None
+    assert wait_s(state(worker_idle=False, arrival_rate=500)) == pytest.approx(0.1)
 
 
 def test_the_arrival_rate_follows_the_gaps_and_decays_in_silence() -> None:
