@@ -6,6 +6,8 @@
 #   chromium + chromedriver (Debian packages `chromium`, `chromium-driver`): tests/service/test_web_page.py
 #   drives the service's web page in a headless browser (selenium); it skips with a stated reason when
 #   either is absent.
+#   wrk (Debian package `wrk`): `detect-bench http --client wrk`, a C load client whose own CPU is small next
+#   to the server's; tests/service/bench/test_load_clients.py skips its wrk run when it is absent.
 #
 # Installs only as root (CI images, containers); otherwise it prints what to install and exits 0 so
 # `make setup` still works for an unprivileged developer.
@@ -15,6 +17,7 @@ missing=()
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+command -v wrk >/dev/null 2>&1 || missing+=(wrk)
 
 if [ "${#missing[@]}" -eq 0 ]; then
     exit 0

@@ -18,7 +18,7 @@ from typing import Protocol, cast
 # name -> (module implementing it, one-line help, the install that provides what it needs)
 SUBCOMMANDS: dict[str, tuple[str, str, str]] = {
     "http": (
-        "service.bench.http_load",
+        "service.bench.http_command",
         "load-test a running detect-serve over HTTP",
         "the bench extra: make setup-serve, or pip install -e '.[serve,bench]'",
     ),

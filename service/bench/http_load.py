@@ -13,21 +13,20 @@ when a run starts so ``--help`` works without it.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import math
 import os
-import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 import numpy as np
 
+from service.bench.proc_cpu import CpuTimes, cpu_times, listener_pid
 from service.bench.scrape import histogram_totals, window_gain
 
 if TYPE_CHECKING:
@@ -66,6 +65,11 @@ class HttpLoadResult:
     # CPU the load client itself used over the measured window (cores busy on average): on a small
     # machine it competes with the server, so a result is only as good as this is small.
     client_cpu_cores: float = 0.0
+    client: str = "python"  # the load client: "python" (httpx, this process) or "wrk"
+    # The server process's CPU over the measured window (None: its pid was not found), user and system.
+    server_cpu_user_s: float | None = None
+    server_cpu_system_s: float | None = None
+    server_voluntary_switches: int | None = None  # thread blocks (hand-offs, wake-ups) over the window
     raw_backend: dict[str, object] | None = field(default=None)
     http_over_raw: float | None = None
     rounds: int = 1
@@ -102,6 +106,7 @@ async def run_http_load(
     model: str | None = None,
     warmup_s: float = 2.0,
     timeout_s: float = 60.0,
+    server_pid: int | None = None,
 ) -> HttpLoadResult:
     """Drive ``url``'s POST /detect with ``concurrency`` closed-loop clients for ``duration_s`` seconds."""
     if concurrency < 1 or duration_s <= 0 or not images:
@@ -143,11 +148,13 @@ async def run_http_load(
             stop_at = time.monotonic() + warmup_s
             await asyncio.gather(*(client_loop(i, stop_at, False) for i in range(concurrency)))
         before = histogram_totals((await client.get("/metrics")).text, model)
+        server_before = server_cpu(server_pid)
         started, cpu_started = time.monotonic(), time.process_time()
         stop_at = started + duration_s
         await asyncio.gather(*(client_loop(i, stop_at, True) for i in range(concurrency)))
         elapsed = time.monotonic() - started
         client_cpu_s = time.process_time() - cpu_started
+        server_used = server_cpu(server_pid, server_before)
         after = histogram_totals((await client.get("/metrics")).text, model)
 
     gained = window_gain(before, after)
@@ -167,9 +174,31 @@ async def run_http_load(
         mean_batch_size=batched_images / batches if batches > 0 else None,
         batches=int(batches),
         client_cpu_cores=client_cpu_s / elapsed,
+        server_cpu_user_s=server_used.user_s if server_used else None,
+        server_cpu_system_s=server_used.system_s if server_used else None,
+        server_voluntary_switches=server_used.voluntary_switches if server_used else None,
         stage_totals={name: t for name, t in gained.items() if name != "detect_batch_size" and t[1] > 0},
         latencies_s=latencies,
     )
+
+
+def server_cpu(pid: int | None, since: CpuTimes | None = None) -> CpuTimes | None:
+    """The server's CPU times now (or used since ``since``); None without a pid or once it is gone."""
+    if pid is None:
+        return None
+    try:
+        now = cpu_times(pid)
+    except OSError:
+        return None
+    return now - since if since is not None else now
+
+
+def local_server_pid(url: str) -> int | None:
+    """The pid of the process serving ``url`` when it listens on this machine, else None."""
+    parts = urlsplit(url)
+    if parts.hostname not in ("127.0.0.1", "localhost", "::1"):
+        return None
+    return listener_pid(parts.port or (443 if parts.scheme == "https" else 80))
 
 
 def latency_summary(latencies: Sequence[float]) -> dict[str, float]:
@@ -198,14 +227,18 @@ def merge_rounds(rounds: list[HttpLoadResult]) -> HttpLoadResult:
         concurrency=first.concurrency,
         duration_s=duration,
         requests=sum(r.requests for r in rounds),
-        ok=len(latencies),
-        throughput_rps=len(latencies) / duration,
-        latency_ms=latency_summary(latencies),
+        ok=sum(r.ok for r in rounds),
+        throughput_rps=sum(r.ok for r in rounds) / duration,
+        latency_ms=latency_summary(latencies) if latencies else median_latency(rounds),
         status_counts=dict(sorted(sum((Counter(r.status_counts) for r in rounds), Counter()).items())),
         errors=dict(sum((Counter(r.errors) for r in rounds), Counter())),
         mean_batch_size=images / batches if batches else None,
         batches=batches,
         client_cpu_cores=sum(r.client_cpu_cores * r.duration_s for r in rounds) / duration,
+        client=first.client,
+        server_cpu_user_s=_sum_or_none([r.server_cpu_user_s for r in rounds]),
+        server_cpu_system_s=_sum_or_none([r.server_cpu_system_s for r in rounds]),
+        server_voluntary_switches=_int_sum_or_none([r.server_voluntary_switches for r in rounds]),
         rounds=len(rounds),
         stage_totals={
             name: (
@@ -216,6 +249,20 @@ def merge_rounds(rounds: list[HttpLoadResult]) -> HttpLoadResult:
         },
         latencies_s=latencies,
     )
+
+
+def median_latency(rounds: Sequence[HttpLoadResult]) -> dict[str, float]:
+    """Each latency figure's median over rounds (for a client that reports percentiles, not samples)."""
+    keys = set.intersection(*(set(r.latency_ms) for r in rounds)) if rounds else set()
+    return {key: float(np.median([r.latency_ms[key] for r in rounds])) for key in sorted(keys)}
+
+
+def _sum_or_none(values: Sequence[float | None]) -> float | None:
+    return None if any(v is None for v in values) else sum(v for v in values if v is not None)
+
+
+def _int_sum_or_none(values: Sequence[int | None]) -> int | None:
+    return None if any(v is None for v in values) else sum(v for v in values if v is not None)
 
 
 def compare_with_backend(
@@ -268,8 +315,9 @@ def format_report(result: HttpLoadResult) -> str:
             if lat
             else "latency ms   (no successful request)"
         ),
-        f"client CPU   {result.client_cpu_cores:.2f} cores busy on average (this load client, of "
-        f"{os.cpu_count()} on this machine; {client_ms:.2f} ms per request)",
+        f"client CPU   {result.client_cpu_cores:.2f} cores busy on average (the {result.client} load client, "
+        f"of {os.cpu_count()} on this machine; {client_ms:.2f} ms per request)",
+        format_server_cpu(result),
         "server ms    "
         + (
             "  ".join(
@@ -298,72 +346,18 @@ def format_report(result: HttpLoadResult) -> str:
     return "\n".join(lines)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", default="http://127.0.0.1:8000", help="service base URL")
-    parser.add_argument("--images", nargs="+", required=True, help="image files and/or folders")
-    parser.add_argument("--concurrency", type=int, default=16, help="closed-loop clients")
-    parser.add_argument("--duration", type=float, default=20.0, help="measured seconds")
-    parser.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds first")
-    parser.add_argument("--model", help="model name (default: the server's default)")
-    parser.add_argument("--json", type=Path, help="also write the result as JSON here")
-    parser.add_argument(
-        "--compare-backend",
-        metavar="MODEL_DIR",
-        help="then measure this model folder's raw backend at the observed mean batch size",
-    )
-    parser.add_argument(
-        "--backend-threads", type=int, default=0, help="intra-op threads for --compare-backend"
-    )
-    parser.add_argument(
-        "--rounds",
-        type=int,
-        default=1,
-        help="split --duration into this many HTTP windows, each followed by an equally long raw backend "
-        "window (with --compare-backend), so load from elsewhere on a shared machine hits both alike",
-    )
-
-
-def run(args: argparse.Namespace) -> int:
-    import httpx  # noqa: F401  (missing: detect-bench names the extra before any work is done)
-
-    if args.rounds < 1:
-        print("detect-bench http: error: --rounds must be >= 1", file=sys.stderr)
-        return 2
-    images = load_images(args.images)
-    window = args.duration / args.rounds
-    rounds: list[HttpLoadResult] = []
-    raws: list[BackendThroughput] = []
-    for index in range(args.rounds):
-        result = asyncio.run(
-            run_http_load(
-                args.url,
-                images,
-                concurrency=args.concurrency,
-                duration_s=window,
-                model=args.model,
-                warmup_s=args.warmup if index == 0 else min(args.warmup, 1.0),
-            )
+def format_server_cpu(result: HttpLoadResult) -> str:
+    user, system = result.server_cpu_user_s, result.server_cpu_system_s
+    if user is None or system is None or not result.ok:
+        return "server CPU   (unknown: the server's pid was not found; --server-pid PID)"
+    per = 1000 / result.ok
+    return (
+        f"server CPU   {(user + system) * per:.2f} ms per request (user {user * per:.2f}, system "
+        f"{system * per:.2f}); {(user + system) / result.duration_s:.2f} cores busy on average"
+        + (
+            f"; {result.server_voluntary_switches / result.ok:.1f} thread blocks (voluntary switches) "
+            "per request"
+            if result.server_voluntary_switches is not None
+            else ""
         )
-        rounds.append(result)
-        if args.compare_backend:
-            raw_window = window if args.rounds > 1 else min(window, 10.0)
-            raws.append(
-                compare_with_backend(
-                    result, args.compare_backend, images, duration_s=raw_window, threads=args.backend_threads
-                )
-            )
-    result = merge_rounds(rounds) if len(rounds) > 1 else rounds[0]
-    if raws:
-        set_raw(result, raws)
-    print(format_report(result))
-    if args.json:
-        report = asdict(result)
-        del report["latencies_s"]
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
-    return 0 if result.ok > 0 else 1
-
-
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="detect-bench http", description=__doc__.split("\n")[0])
-    add_arguments(parser)
-    sys.exit(run(parser.parse_args()))
+    )

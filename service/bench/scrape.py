@@ -37,3 +37,25 @@ def window_gain(
         name: (total - before.get(name, (0.0, 0.0))[0], count - before.get(name, (0.0, 0.0))[1])
         for name, (total, count) in after.items()
     }
+
+
+def batch_size_counts(metrics_text: str, model: str | None) -> dict[str, float]:
+    """How many batches had each size: ``detect_batch_size``'s buckets made non-cumulative, keyed by the
+    bucket's upper bound (``"1"``, ``"2"``, ..., ``"+Inf"``), for ``model`` (None: all models)."""
+    cumulative: dict[float, float] = {}
+    for family in text_string_to_metric_families(metrics_text):
+        if family.name != "detect_batch_size":
+            continue
+        for sample in family.samples:
+            if sample.name != "detect_batch_size_bucket":
+                continue
+            if model is not None and sample.labels.get("model") != model:
+                continue
+            bound = float(sample.labels["le"])
+            cumulative[bound] = cumulative.get(bound, 0.0) + sample.value
+    counts: dict[str, float] = {}
+    below = 0.0
+    for bound in sorted(cumulative):
+        counts["+Inf" if bound == float("inf") else f"{bound:g}"] = cumulative[bound] - below
+        below = cumulative[bound]
+    return counts

@@ -1,4 +1,8 @@
-"""FastAPI dependencies as `Annotated` aliases, so route functions stay a few lines."""
+"""FastAPI dependencies as `Annotated` aliases, so route functions stay a few lines.
+
+Every dependency is ``async def``: FastAPI runs a plain ``def`` dependency in its thread pool, a thread
+round trip (two event-loop wake-ups) per dependency per request for what is an attribute read
+(tests/service/http/test_deps.py keeps it so)."""
 
 from __future__ import annotations
 
@@ -20,33 +24,33 @@ from service.settings import Settings
 from service.streams.manager import StreamManager
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
 
-def get_runtime(request: Request) -> ModelRuntime:
+async def get_runtime(request: Request) -> ModelRuntime:
     runtime: ModelRuntime = request.app.state.runtime
     return runtime
 
 
-def get_metrics(request: Request) -> ServiceMetrics:
+async def get_metrics(request: Request) -> ServiceMetrics:
     metrics: ServiceMetrics = request.app.state.metrics
     return metrics
 
 
-def get_lifecycle(request: Request) -> Lifecycle:
+async def get_lifecycle(request: Request) -> Lifecycle:
     lifecycle: Lifecycle = request.app.state.lifecycle
     return lifecycle
 
 
-def get_resources(request: Request) -> Resources:
+async def get_resources(request: Request) -> Resources:
     """Memory budgets and the image-work scheduler (created in the lifespan)."""
     resources: Resources = request.app.state.resources
     return resources
 
 
-def get_pipeline(request: Request) -> DetectionPipeline:
+async def get_pipeline(request: Request) -> DetectionPipeline:
     """The one way into inference, for every protocol (created in the lifespan)."""
     pipeline: DetectionPipeline = request.app.state.pipeline
     return pipeline
@@ -60,7 +64,7 @@ ResourcesDep = Annotated[Resources, Depends(get_resources)]
 PipelineDep = Annotated[DetectionPipeline, Depends(get_pipeline)]
 
 
-def get_body_reader(resources: ResourcesDep, lifecycle: LifecycleDep) -> BodyReader:
+async def get_body_reader(resources: ResourcesDep, lifecycle: LifecycleDep) -> BodyReader:
     """Reads request bodies within the upload limits and the body budget; gives up when the server closes."""
     return BodyReader(resources.upload_limits, resources.body_budget, lifecycle.closing)
 
@@ -96,7 +100,7 @@ async def get_leased_model(request: Request, runtime: RuntimeDep) -> AsyncIterat
         yield model
 
 
-def get_control(request: Request) -> ModelControl:
+async def get_control(request: Request) -> ModelControl:
     control: ModelControl = request.app.state.control
     return control
 
@@ -106,7 +110,7 @@ LeasedModelDep = Annotated[LoadedModel, Depends(get_leased_model)]
 ControlDep = Annotated[ModelControl, Depends(get_control)]
 
 
-def get_capture(request: Request) -> SampleCapture:
+async def get_capture(request: Request) -> SampleCapture:
     capture: SampleCapture = request.app.state.capture
     return capture
 

@@ -23,6 +23,11 @@ interactive request that finds the queue full evicts queued stream frames (they 
 their sessions count them as dropped) instead of being refused, and its expected wait counts only the
 interactive items ahead of it. A stream frame is refused when the queue is full.
 
+With ``policy="latency"`` the close decision is `service.runtime.batch_close.close_reason` instead: it
+uses the fitted batch-time model, the arrival rate and each request's latency budget (``latency_budget_s``
+or its deadline) to stop a batch from growing past what keeps its oldest request within budget, and to
+wait for company only when that lowers the summed completion time. ``max_queue_delay_s`` is then unused.
+
 The batcher knows nothing about models: it batches opaque items through ``run_batch``, which its
 `service.runtime.batch_worker.BatchWorker` runs.
 """
@@ -38,6 +43,7 @@ from collections.abc import Callable, Sequence
 from typing import Generic, Literal, TypeVar
 
 from service.errors import DeadlineExceeded, QueueFull, ServiceError, ServiceUnavailable
+from service.runtime.batch_close import ArrivalRate, BatchState, close_reason, wait_s
 from service.runtime.batch_worker import BatcherMetrics, BatchWorker, ItemTimes, NoMetrics, Pending
 from service.runtime.wait_estimate import expected_finish_s, retry_after_s
 
@@ -47,7 +53,9 @@ In = TypeVar("In")
 Out = TypeVar("Out")
 
 # Why a batch was dispatched; the label values of the batch-close metric.
-CLOSE_REASONS = ("full", "delay", "deadline", "drain", "idle")
+CLOSE_REASONS = ("full", "delay", "deadline", "drain", "idle", "budget")
+# How a batch closes: "fixed" (full, max_queue_delay_s, deadline, idle worker) or "latency" (batch_close).
+BATCH_POLICIES = ("fixed", "latency")
 
 # Interactive requests go first and are never shed for stream frames (see the module docstring).
 Priority = Literal["interactive", "stream"]
@@ -74,6 +82,8 @@ class DynamicBatcher(Generic[In, Out]):
         metrics: BatcherMetrics | None = None,
         deadline_margin_s: float = DEFAULT_DEADLINE_MARGIN_S,
         dispatch_when_idle: bool = False,
+        policy: str = "fixed",
+        latency_budget_s: float = 0.1,
     ):
         if not isinstance(max_batch_size, int) or max_batch_size < 1:
             raise ValueError(f"max_batch_size must be an integer >= 1, got {max_batch_size!r}")
@@ -81,7 +91,14 @@ class DynamicBatcher(Generic[In, Out]):
             raise ValueError(f"max_queue_delay_s must be >= 0, got {max_queue_delay_s!r}")
         if not isinstance(max_queue_size, int) or max_queue_size < 1:
             raise ValueError(f"max_queue_size must be an integer >= 1, got {max_queue_size!r}")
+        if policy not in BATCH_POLICIES:
+            raise ValueError(f"policy must be one of {BATCH_POLICIES}, got {policy!r}")
+        if not latency_budget_s > 0:
+            raise ValueError(f"latency_budget_s must be > 0, got {latency_budget_s!r}")
         self.name = name
+        self.policy = policy
+        self.latency_budget_s = float(latency_budget_s)
+        self._arrivals = ArrivalRate()
         self.max_batch_size = max_batch_size
         self.max_queue_delay_s = float(max_queue_delay_s)
         self.max_queue_size = max_queue_size
@@ -230,6 +247,7 @@ class DynamicBatcher(Generic[In, Out]):
             background=background,
         )
         (self._streams if background else self._queue).append(pending)
+        self._arrivals.arrived(now)
         self._metrics.queue_depth(self.queue_depth)
         self._changed.set()
         try:
@@ -287,33 +305,38 @@ class DynamicBatcher(Generic[In, Out]):
     async def _collect(self) -> tuple[list[Pending[In, Out]], str] | None:
         """Wait for the next batch to close; None when stopping with nothing left to run."""
         batch = self._forming
+        capped = False  # "budget": the batch stops growing and waits for the worker
         while True:
             self._changed.clear()
-            self._take(batch)
+            self._take(batch, len(batch) if capped else self.max_batch_size)
             now = time.monotonic()
             if not batch:
                 if self._stopping:
                     return None
                 await self._wait_for_change(None)
                 continue
-            reason = self._close_reason(batch, now)
+            reason = self._close_reason(batch, now) or ("budget" if capped else None)
             if reason is not None and self._worker.idle:
                 self._forming = []
                 self._metrics.queue_depth(self.queue_depth)
                 return batch, reason
             if reason is not None:
                 # Closed but the worker is busy: wait for it (or for more requests to top up with).
+                capped = capped or reason == "budget"
                 await self._wait_for_change(None)
+            elif self.policy == "latency":
+                await self._wait_for_change(wait_s(self._batch_state(batch, now)))
             else:
                 close_at = batch[0].enqueued_at + self.max_queue_delay_s
                 earliest = min(p.deadline for p in batch) - self.deadline_margin_s
                 await self._wait_for_change(min(close_at, earliest) - now)
 
-    def _take(self, batch: list[Pending[In, Out]]) -> None:
-        """Fill ``batch``: interactive items first, each taking a stream frame's place in a full batch
-        (the frame goes back to the front of its queue), then stream frames in the room left."""
+    def _take(self, batch: list[Pending[In, Out]], limit: int) -> None:
+        """Fill ``batch`` up to ``limit``: interactive items first, each taking a stream frame's place in a
+        batch that may not grow (full, or the latency policy's budget reached; the frame goes back to the
+        front of its queue), then stream frames in the room left."""
         while self._queue:
-            if len(batch) >= self.max_batch_size:
+            if len(batch) >= limit or self._over_budget(batch):
                 frames = [i for i, p in enumerate(batch) if p.background]
                 if not frames:
                     break
@@ -321,7 +344,7 @@ class DynamicBatcher(Generic[In, Out]):
             pending = self._queue.popleft()
             if not pending.future.done():  # done here = cancelled or expired while queued
                 batch.append(pending)
-        while self._streams and len(batch) < self.max_batch_size:
+        while self._streams and len(batch) < limit and not self._over_budget(batch):
             pending = self._streams.popleft()
             if not pending.future.done():
                 batch.append(pending)
@@ -332,6 +355,9 @@ class DynamicBatcher(Generic[In, Out]):
             return "full"
         if self._stopping:
             return "drain"
+        if self.policy == "latency":
+            known = self.batch_times.seconds if self.batch_times.known else None
+            return close_reason(self._batch_state(batch, now), known, fitted=self.batch_times.fitted)
         if now >= batch[0].enqueued_at + self.max_queue_delay_s:
             return "delay"
         if any(p.deadline - self.deadline_margin_s <= now for p in batch):
@@ -339,6 +365,27 @@ class DynamicBatcher(Generic[In, Out]):
         if self.dispatch_when_idle and self._worker.idle:
             return "idle"
         return None
+
+    def _over_budget(self, batch: list[Pending[In, Out]]) -> bool:
+        """Latency policy: one more request would keep the batch's oldest past its budget."""
+        if self.policy != "latency" or not batch or not self.batch_times.fitted:
+            return False
+        return close_reason(self._batch_state(batch, time.monotonic()), self.batch_times.seconds) == "budget"
+
+    def _batch_state(self, batch: list[Pending[In, Out]], now: float) -> BatchState:
+        earliest_deadline = min(p.deadline for p in batch)
+        running = self._worker.running_size
+        remaining = self.batch_times.seconds(running) - (now - self._worker.running_since) if running else 0.0
+        return BatchState(
+            size=len(batch),
+            max_batch_size=self.max_batch_size,
+            now=now,
+            oldest_budget_end=min(batch[0].enqueued_at + self.latency_budget_s, earliest_deadline),
+            earliest_start_by=earliest_deadline - self.deadline_margin_s,
+            worker_idle=self._worker.idle,
+            worker_remaining_s=max(0.0, remaining),
+            arrival_rate=self._arrivals.rate(now),
+        )
 
     async def _wait_for_change(self, timeout: float | None) -> None:
         try:

@@ -267,6 +267,8 @@ class ModelRuntime:
                 max_queue_size=model.batching.max_queue_size,
                 metrics=model.metrics,
                 dispatch_when_idle=self.settings.dispatch_when_idle,
+                policy=self.settings.batch_policy,
+                latency_budget_s=self.settings.batch_latency_budget_ms / 1000.0,
             )
             model.batcher.start()
             model.state = "ready"

@@ -19,6 +19,7 @@ class BatchTimeModel:
     def __init__(self, history: int = HISTORY):
         self._observed: deque[tuple[int, float]] = deque(maxlen=history)
         self._coefficients: tuple[float, float] | None = None
+        self._spread_seen = False
 
     def observe(self, size: int, seconds: float) -> None:
         # Runs on the event loop once per batch: closed-form least squares in plain floats (numpy's
@@ -32,6 +33,7 @@ class BatchTimeModel:
             sum_xx += x * x
             sum_xy += x * y
         spread = n * sum_xx - sum_x * sum_x  # > 0 exactly when two sizes differ
+        self._spread_seen = spread > 0
         if spread > 0:
             a = (n * sum_xy - sum_x * sum_y) / spread
             if a > 0:  # a fit where bigger batches are faster is noise: fall back to proportional
@@ -42,6 +44,11 @@ class BatchTimeModel:
     @property
     def known(self) -> bool:
         return self._coefficients is not None
+
+    @property
+    def fitted(self) -> bool:
+        """Whether the fit has seen two batch sizes (before that, ``b`` is 0 by assumption, not measure)."""
+        return self._coefficients is not None and self._spread_seen
 
     def seconds(self, size: int) -> float:
         """Predicted time of a batch of ``size`` (0 while nothing has been observed)."""

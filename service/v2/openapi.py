@@ -34,15 +34,15 @@ RepositoryModelName = Annotated[
 ]
 
 
-def _model_path(model_name: ModelName) -> None:
+async def _model_path(model_name: ModelName) -> None:
     """Declares ``{model_name}`` (the routes read it from the request's path parameters)."""
 
 
-def _version_path(model_name: ModelName, model_version: ModelVersion) -> None:
+async def _version_path(model_name: ModelName, model_version: ModelVersion) -> None:
     """Declares ``{model_name}`` and ``{model_version}``."""
 
 
-def _repository_model_path(model_name: RepositoryModelName) -> None:
+async def _repository_model_path(model_name: RepositoryModelName) -> None:
     """Declares the ``{model_name}`` of the repository extension's load and unload."""
 
 

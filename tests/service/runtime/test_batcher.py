@@ -360,3 +360,30 @@ def test_without_idle_dispatch_a_lone_request_waits_out_the_delay() -> None:
         await batcher.stop()
 
     run(scenario)
+
+
+def test_latency_policy_stops_a_batch_growing_past_its_oldest_requests_budget() -> None:
+    async def scenario() -> None:
+        worker, metrics = Worker(), RecordingMetrics()
+        batcher = make(worker, metrics, max_batch_size=8, policy="latency", latency_budget_s=3.5)
+        batcher.batch_times.observe(1, 1.0)  # fitted: 1 s per image, so the test's own pace is negligible
+        batcher.batch_times.observe(2, 2.0)
+        worker.gate.clear()
+        first = asyncio.ensure_future(batcher.submit(1))
+        await worker.wait_entered()  # [1] runs (held), predicted to take 1 s more
+        rest = [asyncio.ensure_future(batcher.submit(i)) for i in (2, 3, 4, 5)]
+        await until(lambda: batcher.queue_depth == 4)
+        worker.gate.set()
+        assert await asyncio.gather(first, *rest) == [2, 4, 6, 8, 10]
+        # Behind 1 s of running batch, 2 images (2 s) keep the oldest within 3.5 s, 3 (3 s) would not.
+        assert worker.batches[:2] == [[1], [2, 3]]
+        assert metrics.batches[:2] == [(1, "idle"), (2, "budget")]
+        assert sorted(worker.seen) == [1, 2, 3, 4, 5]
+        await batcher.stop()
+
+    run(scenario)
+
+
+def test_an_unknown_policy_is_refused() -> None:
+    with pytest.raises(ValueError, match="policy"):
+        DynamicBatcher("test", Worker(), max_batch_size=1, max_queue_delay_s=0, max_queue_size=1, policy="x")

@@ -51,3 +51,12 @@ def test_expected_finish_counts_the_running_batch_and_full_batches_ahead() -> No
 def test_retry_after_is_when_the_excess_has_drained() -> None:
     assert retry_after_s(14.2, 10.0) == 5
     assert retry_after_s(3.0, 10.0) == 1
+
+
+def test_fitted_once_two_batch_sizes_were_seen() -> None:
+    model = BatchTimeModel()
+    model.observe(1, 0.1)
+    model.observe(1, 0.12)
+    assert model.known and not model.fitted  # proportional: the per-batch cost is assumed 0
+    model.observe(4, 0.3)
+    assert model.fitted

@@ -1,0 +1,206 @@
+"""Open-loop load with Poisson arrivals (MLPerf's server scenario) and the search for the highest rate
+whose p99 latency stays within a bound.
+
+Send times are drawn up front (exponential gaps at ``rate``, a fixed seed) and every request is sent at
+its time whatever the earlier ones are doing: a slow answer never delays the next send. Latency counts
+from the SCHEDULED send time, so a client or server stall shows in the tail instead of hiding it
+(coordinated omission); a request that fails or does not answer counts as infinitely slow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from service.bench.scrape import batch_size_counts, histogram_totals, window_gain
+
+if TYPE_CHECKING:
+    from service.bench.http_load import BenchImage
+
+DEFAULT_SEED = 0
+
+
+def poisson_schedule(rate: float, duration_s: float, seed: int = DEFAULT_SEED) -> np.ndarray:
+    """Send offsets (seconds from the start, increasing, all < ``duration_s``) of a Poisson process."""
+    if not rate > 0 or not duration_s > 0:
+        raise ValueError(f"need rate > 0 and duration > 0, got {rate} and {duration_s}")
+    rng = np.random.default_rng(seed)
+    expected = rate * duration_s
+    gaps = rng.exponential(1.0 / rate, size=int(expected + 10 * math.sqrt(expected) + 10))
+    offsets = np.cumsum(gaps)
+    while offsets[-1] < duration_s:  # practically never: the draw covers ~10 standard deviations
+        offsets = np.concatenate(
+            [offsets, offsets[-1] + np.cumsum(rng.exponential(1.0 / rate, size=len(gaps)))]
+        )
+    return offsets[offsets < duration_s]
+
+
+@dataclass
+class OpenLoopResult:
+    rate: float  # the target arrival rate
+    seed: int
+    duration_s: float
+    sent: int
+    ok: int
+    achieved_rps: float  # successful answers per second of the schedule
+    latency_ms: dict[str, float]  # from the scheduled send time; failures count as infinite
+    status_counts: dict[str, int]
+    errors: dict[str, int]
+    send_lag_ms: dict[str, float]  # how late the client sent (mean, max): its own delay, inside latency
+    client_cpu_ms_per_request: float
+    batch_sizes: dict[str, int] = field(default_factory=dict)  # batch-size histogram over the window
+    mean_batch_size: float | None = None
+    stage_totals: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+
+def tail_summary(latencies: Sequence[float]) -> dict[str, float]:
+    """p50, p90, p99, mean and max in ms, where a failed request is ``inf`` (and so is any percentile
+    it reaches)."""
+    if not latencies:
+        return {}
+    ms = np.asarray(latencies, dtype=float) * 1000
+    finite = ms[np.isfinite(ms)]
+    return {
+        "p50": float(np.percentile(ms, 50, method="higher")),
+        "p90": float(np.percentile(ms, 90, method="higher")),
+        "p99": float(np.percentile(ms, 99, method="higher")),
+        "mean": float(finite.mean()) if len(finite) else math.inf,
+        "max": float(ms.max()),
+    }
+
+
+async def run_open_loop(
+    url: str,
+    images: Sequence[BenchImage],
+    *,
+    rate: float,
+    duration_s: float,
+    seed: int = DEFAULT_SEED,
+    model: str | None = None,
+    timeout_s: float = 10.0,
+    max_connections: int = 256,
+) -> OpenLoopResult:
+    """Send POST /detect at Poisson times of ``rate`` for ``duration_s`` and wait for every answer."""
+    import httpx
+
+    offsets = poisson_schedule(rate, duration_s, seed)
+    params = {"model": model} if model else {}
+    latencies: list[float] = []
+    lags: list[float] = []
+    statuses: Counter[str] = Counter()
+    errors: Counter[str] = Counter()
+    limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+    async with httpx.AsyncClient(base_url=url, timeout=timeout_s, limits=limits) as client:
+
+        async def send(index: int, scheduled: float) -> None:
+            image = images[index % len(images)]
+            lags.append(time.monotonic() - scheduled)
+            try:
+                response = await client.post(
+                    "/detect", params=params, content=image.data, headers={"content-type": image.content_type}
+                )
+            except httpx.HTTPError as exc:
+                errors[type(exc).__name__] += 1
+                latencies.append(math.inf)
+                return
+            statuses[str(response.status_code)] += 1
+            latencies.append(time.monotonic() - scheduled if response.is_success else math.inf)
+
+        before_text = (await client.get("/metrics")).text
+        cpu_started = time.process_time()
+        start = time.monotonic() + 0.05
+        tasks: list[asyncio.Task[None]] = []
+        for index, offset in enumerate(offsets):
+            scheduled = start + float(offset)
+            delay = scheduled - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(send(index, scheduled)))
+        await asyncio.gather(*tasks)
+        client_cpu_s = time.process_time() - cpu_started
+        after_text = (await client.get("/metrics")).text
+
+    gained = window_gain(histogram_totals(before_text, model), histogram_totals(after_text, model))
+    batched, batches = gained.get("detect_batch_size", (0.0, 0.0))
+    before_sizes, after_sizes = batch_size_counts(before_text, model), batch_size_counts(after_text, model)
+    sizes = {le: int(n - before_sizes.get(le, 0)) for le, n in after_sizes.items()}
+    ok = sum(1 for t in latencies if math.isfinite(t))
+    lag_ms = np.asarray(lags) * 1000
+    return OpenLoopResult(
+        rate=rate,
+        seed=seed,
+        duration_s=duration_s,
+        sent=len(offsets),
+        ok=ok,
+        achieved_rps=ok / duration_s,
+        latency_ms=tail_summary(latencies),
+        status_counts=dict(sorted(statuses.items())),
+        errors=dict(errors),
+        send_lag_ms={"mean": float(lag_ms.mean()), "max": float(lag_ms.max())} if len(lags) else {},
+        client_cpu_ms_per_request=client_cpu_s / len(offsets) * 1000 if len(offsets) else 0.0,
+        batch_sizes={le: n for le, n in sizes.items() if n > 0},
+        mean_batch_size=batched / batches if batches > 0 else None,
+        stage_totals={name: t for name, t in gained.items() if name != "detect_batch_size" and t[1] > 0},
+    )
+
+
+def search_max_rate(
+    measure: Callable[[float], OpenLoopResult],
+    bound_ms: float,
+    *,
+    start_rate: float,
+    growth: float = 1.5,
+    refinements: int = 4,
+    max_rate: float = 10_000.0,
+) -> tuple[OpenLoopResult | None, list[OpenLoopResult]]:
+    """The highest measured rate whose p99 <= ``bound_ms``, and every run in order.
+
+    Grows the rate by ``growth`` from ``start_rate`` while the bound holds (halving it first while it
+    does not), then bisects ``refinements`` times between the last rate that held and the first that
+    did not. Returns (None, runs) when no rate down to ``start_rate / 64`` holds.
+    """
+    if not start_rate > 0 or not growth > 1:
+        raise ValueError(f"need start_rate > 0 and growth > 1, got {start_rate} and {growth}")
+    runs: list[OpenLoopResult] = []
+
+    def holds(rate: float) -> bool:
+        runs.append(measure(rate))
+        return runs[-1].latency_ms.get("p99", math.inf) <= bound_ms
+
+    low: float | None = None
+    high: float | None = None
+    rate = start_rate
+    if holds(rate):
+        low = rate
+        while high is None and rate * growth <= max_rate:
+            rate *= growth
+            if holds(rate):
+                low = rate
+            else:
+                high = rate
+    else:
+        high = rate
+        while low is None and rate > start_rate / 64:
+            rate /= 2
+            if holds(rate):
+                low = rate
+            else:
+                high = rate
+    if low is None:
+        return None, runs
+    for _ in range(refinements if high is not None else 0):
+        assert high is not None
+        middle = (low + high) / 2
+        if holds(middle):
+            low = middle
+        else:
+            high = middle
+    best = max((r for r in runs if r.latency_ms.get("p99", math.inf) <= bound_ms), key=lambda r: r.rate)
+    return best, runs

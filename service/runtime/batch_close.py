@@ -1,0 +1,127 @@
+"""When a batch closes under the ``latency`` batching policy: a pure decision from the fitted batch-time
+model (`service.runtime.wait_estimate.BatchTimeModel`), the arrival rate and each request's budget.
+
+A request's budget ends at ``enqueued + latency budget`` (``DETECT_BATCH_LATENCY_BUDGET_MS``) or at its
+deadline, whichever is first. The decision, for the batch being formed:
+
+- **full**: it holds ``max_batch_size`` requests.
+- **deadline**: a request would otherwise miss the time by which it must start.
+- **budget**: the batch as it is keeps its oldest request within budget (the running batch's remaining
+  time plus this batch's predicted time), one more request would not, and the batch is at least as large
+  as the arrival rate needs (the smallest size whose throughput ``n / t(n)`` keeps up with it): the batch
+  stops growing and runs as soon as the worker is free. This sizes batches per model and per moment.
+  A budget already lost is not defended: capping batches then would only lower throughput and lengthen
+  the queue behind them, so the batch grows as under the fixed policy.
+- **idle**: the worker is idle and waiting for the next expected arrival (``1 / rate``) does not lower the
+  summed completion time of the requests involved (this batch now and the next request after it, against
+  all of them together later), or the wait would run past the oldest request's budget.
+
+Otherwise the batch waits; `wait_s` says how long before the decision is worth taking again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+# The arrival-rate estimate follows the last ~this many gaps (exponential moving average).
+RATE_SMOOTHING = 16
+
+
+@dataclass(frozen=True)
+class BatchState:
+    """What the decision sees of the batch being formed and of the worker (times in seconds, monotonic)."""
+
+    size: int
+    max_batch_size: int
+    now: float
+    oldest_budget_end: float  # min(enqueued + latency budget, deadline) of the batch's oldest request
+    earliest_start_by: float  # the earliest time by which one of its requests must start (deadline - margin)
+    worker_idle: bool
+    worker_remaining_s: float  # predicted time left of the batch running now (0 when idle)
+    arrival_rate: float  # requests per second lately (0: unknown)
+
+
+def close_reason(
+    state: BatchState, batch_seconds: Callable[[int], float] | None, *, fitted: bool = True
+) -> str | None:
+    """Why the batch closes now, or None to keep it open. ``batch_seconds(n)`` is the predicted time of a
+    batch of ``n`` (None while nothing is known: the batch then closes whenever the worker is idle).
+
+    ``fitted`` False (the model has seen one batch size only, so its per-batch cost is assumed, not
+    measured) turns the budget rule off: a model that believes batching gains nothing would cap batches
+    at the one size it has seen and so never learn otherwise."""
+    if state.size >= state.max_batch_size:
+        return "full"
+    if state.now >= state.earliest_start_by:
+        return "deadline"
+    if batch_seconds is None:
+        return "idle" if state.worker_idle else None
+    start = state.now + state.worker_remaining_s
+    if (
+        fitted
+        and start + batch_seconds(state.size + 1) > state.oldest_budget_end
+        and start + batch_seconds(state.size) <= state.oldest_budget_end
+        and state.size >= keep_up_size(state.arrival_rate, state.max_batch_size, batch_seconds)
+    ):
+        return "budget"
+    if not state.worker_idle:
+        return None
+    gap = 1.0 / state.arrival_rate if state.arrival_rate > 0 else math.inf
+    if state.now + gap + batch_seconds(state.size + 1) > state.oldest_budget_end:
+        return "idle"
+    if not worth_waiting(state.size, gap, batch_seconds):
+        return "idle"
+    return None
+
+
+def keep_up_size(rate: float, max_batch_size: int, batch_seconds: Callable[[int], float]) -> int:
+    """The smallest batch size whose throughput ``n / t(n)`` keeps up with ``rate``; where none does, the
+    smallest that reaches the highest throughput."""
+    throughput = [n / max(batch_seconds(n), 1e-9) for n in range(1, max_batch_size + 1)]
+    target = min(rate, max(throughput) * (1 - 1e-9))
+    return next(n for n, per_s in enumerate(throughput, start=1) if per_s >= target)
+
+
+def worth_waiting(size: int, gap_s: float, batch_seconds: Callable[[int], float]) -> bool:
+    """Whether ``size`` requests waiting ``gap_s`` for one more and running together finish sooner, summed
+    over all of them, than running now and the newcomer alone after them."""
+    if not math.isfinite(gap_s):
+        return False
+    now_then_alone = size * batch_seconds(size) + max(batch_seconds(size), gap_s) + batch_seconds(1)
+    together = (size + 1) * (gap_s + batch_seconds(size + 1))
+    return together < now_then_alone
+
+
+def wait_s(state: BatchState) -> float | None:
+    """How long an open batch may wait before the decision is worth taking again, or None to wait for
+    the next event only (a new request, a finished batch, stop() wake the batcher anyway). Only future
+    moments count: a budget or a start time already past would make the batcher spin."""
+    moments = [state.oldest_budget_end - state.now, state.earliest_start_by - state.now]
+    if state.worker_idle and state.arrival_rate > 0:
+        moments.append(1.0 / state.arrival_rate)  # the expected next arrival, or the rate has decayed
+    ahead = [m for m in moments if 0 < m < math.inf]
+    return min(ahead) if ahead else None
+
+
+class ArrivalRate:
+    """Requests per second, from an exponential moving average of the gaps between arrivals."""
+
+    def __init__(self, smoothing: int = RATE_SMOOTHING):
+        self._alpha = 2.0 / (smoothing + 1)
+        self._gap: float | None = None
+        self._last: float | None = None
+
+    def arrived(self, at: float) -> None:
+        if self._last is not None:
+            gap = max(at - self._last, 0.0)
+            self._gap = gap if self._gap is None else self._gap + self._alpha * (gap - self._gap)
+        self._last = at
+
+    def rate(self, now: float) -> float:
+        """The rate; a silence longer than the average gap lowers it, as if an arrival came now."""
+        if self._gap is None or self._last is None:
+            return 0.0
+        gap = max(self._gap, (now - self._last) * self._alpha + self._gap * (1 - self._alpha))
+        return 1.0 / gap if gap > 0 else math.inf

@@ -1,0 +1,122 @@
+"""The ``latency`` batching policy's close decision (`service.runtime.batch_close`), as a pure function."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import replace
+
+import pytest
+
+from service.runtime.batch_close import (
+    ArrivalRate,
+    BatchState,
+    close_reason,
+    keep_up_size,
+    wait_s,
+    worth_waiting,
+)
+
+
+def linear(per_image_ms: float, fixed_ms: float) -> Callable[[int], float]:
+    return lambda n: (per_image_ms * n + fixed_ms) / 1000
+
+
+def state(**overrides: object) -> BatchState:
+    base = BatchState(
+        size=1,
+        max_batch_size=8,
+        now=10.0,
+        oldest_budget_end=10.1,
+        earliest_start_by=math.inf,
+        worker_idle=True,
+        worker_remaining_s=0.0,
+        arrival_rate=0.0,
+    )
+    return replace(base, **overrides)  # type: ignore[arg-type]
+
+
+def test_full_and_deadline_close_whatever_else_holds() -> None:
+    model = linear(1, 20)
+    assert close_reason(state(size=8, worker_idle=False), model) == "full"
+    assert close_reason(state(earliest_start_by=10.0, worker_idle=False), model) == "deadline"
+    assert close_reason(state(earliest_start_by=10.0), None) == "deadline"
+
+
+def test_without_a_fitted_model_an_idle_worker_takes_the_batch() -> None:
+    assert close_reason(state(), None) == "idle"
+    assert close_reason(state(worker_idle=False), None) is None
+
+
+def test_a_batch_stops_growing_when_one_more_would_keep_its_oldest_past_budget() -> None:
+    model = linear(10, 3)  # t(2) = 23 ms, t(3) = 33 ms
+    busy = state(worker_idle=False, worker_remaining_s=0.050, oldest_budget_end=10.080)
+    assert close_reason(replace(busy, size=1), model) is None  # 50 + 23 = 73 ms <= 80: keep filling
+    assert close_reason(replace(busy, size=2), model) == "budget"  # 50 + 33 = 83 ms > 80
+    # Requests that already waited get shorter batches: the same batch a little later closes at 1.
+    assert close_reason(replace(busy, size=1, now=10.010), model) == "budget"
+
+
+def test_the_budget_rule_waits_for_a_fit_over_two_batch_sizes() -> None:
+    busy = state(size=2, worker_idle=False, worker_remaining_s=0.050, oldest_budget_end=10.080)
+    assert close_reason(busy, linear(10, 3)) == "budget"
+    assert close_reason(busy, linear(10, 3), fitted=False) is None  # keeps growing while busy
+
+
+def test_a_lost_budget_is_not_defended() -> None:
+    model = linear(10, 3)
+    # Behind 80 ms of running batch even this batch of 2 (23 ms) misses the oldest's budget: capping it
+    # would only cost throughput, so it keeps growing while the worker is busy.
+    lost = state(size=2, worker_idle=False, worker_remaining_s=0.080, oldest_budget_end=10.080)
+    assert close_reason(lost, model) is None
+
+
+def test_batches_are_not_capped_below_what_the_arrival_rate_needs() -> None:
+    model = linear(10, 30)  # 1 image: 25/s, 4: 57/s, 8: 73/s
+    assert keep_up_size(20, 8, model) == 1 and keep_up_size(50, 8, model) == 3
+    assert keep_up_size(1000, 8, model) == 8  # none keeps up: the most throughput
+    assert keep_up_size(1000, 8, linear(10, 0)) == 1  # no fixed cost: size does not matter
+    busy = state(size=2, worker_idle=False, worker_remaining_s=0.0, oldest_budget_end=10.055)
+    assert close_reason(replace(busy, arrival_rate=20), model) == "budget"  # t(2) 50 ms fits 55, t(3) 60 not
+    assert close_reason(replace(busy, arrival_rate=50), model) is None  # 2 images cannot keep up: grow
+
+
+def test_an_idle_worker_waits_for_company_only_where_that_lowers_the_summed_latency() -> None:
+    heavy_fixed = linear(1, 20)  # batching pays: a second image costs 1 ms, a second batch 21 ms
+    assert close_reason(state(arrival_rate=500), heavy_fixed) is None  # the next one is ~2 ms away
+    assert close_reason(state(arrival_rate=20), heavy_fixed) == "idle"  # 50 ms away: not worth it
+    assert close_reason(state(arrival_rate=0), heavy_fixed) == "idle"  # nothing is arriving
+    # Waiting would run past the oldest request's budget: go now.
+    assert close_reason(state(arrival_rate=500, oldest_budget_end=10.023), heavy_fixed) == "idle"
+    # One more would miss the budget (22 > 21.5 ms) where one alone keeps it and keeps up with 20/s.
+    assert close_reason(state(arrival_rate=20, oldest_budget_end=10.0215), heavy_fixed) == "budget"
+
+
+def test_with_a_small_fixed_cost_an_idle_worker_never_waits() -> None:
+    # EfficientDet-D0 INT8 on 2 cores: ~8 ms per image plus ~3 ms per batch. Even with the next request
+    # due at once, one now and one after it (11 + 22 ms) beat two together (2 x 19 ms).
+    effdet = linear(8.1, 3.2)
+    for rate in (10.0, 100.0, 1e6):
+        assert close_reason(state(arrival_rate=rate, oldest_budget_end=11.0), effdet) == "idle"
+    assert not worth_waiting(1, 0.0, effdet) and worth_waiting(1, 0.0, linear(1, 20))
+    assert not worth_waiting(3, math.inf, linear(1, 20))
+
+
+def test_wait_is_bounded_by_the_next_arrival_and_the_budget() -> None:
+    assert wait_s(state(arrival_rate=500)) == pytest.approx(0.002)
+    assert wait_s(state(arrival_rate=5)) == pytest.approx(0.1)  # the budget ends first
+    assert wait_s(state(arrival_rate=5, earliest_start_by=10.03)) == pytest.approx(0.03)
+    assert wait_s(state(now=10.2)) is None  # nothing ahead: wait for the next request or batch
+    # A busy worker with the budget already lost: no timer at all (a zero wait would spin the loop); the
+    # finished batch wakes the batcher.
+    assert wait_s(state(now=10.2, worker_idle=False, arrival_rate=500)) is None
+    assert wait_s(state(worker_idle=False, arrival_rate=500)) == pytest.approx(0.1)
+
+
+def test_the_arrival_rate_follows_the_gaps_and_decays_in_silence() -> None:
+    rate = ArrivalRate()
+    assert rate.rate(0.0) == 0.0
+    for i in range(100):
+        rate.arrived(i * 0.01)
+    assert rate.rate(0.99) == pytest.approx(100, rel=0.01)
+    assert rate.rate(2.0) < 20  # a second of silence
