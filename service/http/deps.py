@@ -118,7 +118,7 @@ async def get_capture(request: Request) -> SampleCapture:
 CaptureDep = Annotated[SampleCapture, Depends(get_capture)]
 
 
-def get_streams(request: Request) -> StreamManager:
+async def get_streams(request: Request) -> StreamManager:
     streams: StreamManager = request.app.state.streams
     return streams
 
