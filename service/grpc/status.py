@@ -27,6 +27,7 @@ R = TypeVar("R")
 GRPC_CODES: dict[int, grpc.StatusCode] = {
     400: grpc.StatusCode.INVALID_ARGUMENT,
     401: grpc.StatusCode.UNAUTHENTICATED,
+    403: grpc.StatusCode.PERMISSION_DENIED,
     404: grpc.StatusCode.NOT_FOUND,
     406: grpc.StatusCode.INVALID_ARGUMENT,
     408: grpc.StatusCode.DEADLINE_EXCEEDED,

@@ -73,11 +73,12 @@ def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
     return resolved
 
 
-def optional_json_body(model: type[BaseModel]) -> dict[str, Any]:
-    """``openapi_extra`` for an optional JSON body (an empty body stands for ``model``'s defaults)."""
+def optional_json_body(model: type[BaseModel], *, required: bool = False) -> dict[str, Any]:
+    """``openapi_extra`` for a JSON body read by hand: optional (an empty body stands for ``model``'s
+    defaults) unless ``required``."""
     return {
         "requestBody": {
-            "required": False,
+            "required": required,
             "content": {"application/json": {"schema": inline_schema(model)}},
         }
     }

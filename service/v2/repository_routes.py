@@ -44,10 +44,8 @@ async def _optional_body(
     body = bytearray()
     async for chunk in body_chunks(request, limits, lifecycle.closing):
         body.extend(chunk)
-    if not body.strip():
-        return schema()
     try:
-        return schema.model_validate_json(body)
+        return schema() if not body.strip() else schema.model_validate_json(body)
     except ValueError as exc:
         raise BadRequest(f"invalid request body: {exc}", field="body") from None
 
@@ -113,7 +111,7 @@ async def unload_model(
     response_model=RepositoryRollout,
     responses=ERROR_RESPONSES,
     dependencies=REPOSITORY_MODEL_PATH,
-    openapi_extra=optional_json_body(RepositoryRolloutRequest),
+    openapi_extra=optional_json_body(RepositoryRolloutRequest, required=True),
 )
 async def start_rollout(
     request: Request, control: ControlDep, resources: ResourcesDep, lifecycle: LifecycleDep
@@ -124,8 +122,6 @@ async def start_rollout(
     body: RepositoryRolloutRequest = await _optional_body(
         request, resources, lifecycle, RepositoryRolloutRequest
     )
-    if body.candidate is None:
-        raise BadRequest("candidate is required: the version folder to roll out", field="candidate")
     name = request.path_params["model_name"]
     plan = await control.start_rollout(name, body.candidate, body.canary_percent, body.shadow_percent)
     return RepositoryRollout(name=name, state="active", **asdict(plan))

@@ -100,8 +100,8 @@ class RepositoryRolloutRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    candidate: str | None = Field(
-        default=None, description="the version folder to roll out beside the one that serves (required)"
+    candidate: str = Field(
+        min_length=1, description="the version folder to roll out beside the one that serves"
     )
     canary_percent: float = Field(
         default=0.0, ge=0, le=100, description="share of requests naming no version that it answers"

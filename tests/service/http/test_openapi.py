@@ -33,10 +33,11 @@ SCHEMATHESIS_TIMEOUT_S = 150
 # Rules a JSON Schema cannot state, so a schema-valid request may still get 400 from these operations:
 # /detect's class names and image bytes are checked against the model's labels and by the decoders; an
 # inference request's tensor name, shape and data against the model's signature; a load needs a folder
-# of that name holding a valid model. Their 400 bodies are still checked against the document.
+# of that name holding a valid model, and so does a rollout's candidate. Their 400 bodies are still checked
+# against the document.
 MODEL_DEPENDENT_400 = """
 [[operations]]
-include-path-regex = "^(/v1)?/detect$|/infer$|^/v2/repository/models/[^/]+/load$"
+include-path-regex = "^(/v1)?/detect$|/infer$|^/v2/repository/models/[^/]+/(load|rollout)$"
 checks.positive_data_acceptance.expected-statuses = [
   "2xx", "3xx", "401", "403", "404", "409", "429", "5xx", "400",
 ]

@@ -199,7 +199,7 @@ def test_rollout_refuses_what_it_cannot_do(make_client: MakeClient, repo: Path) 
     client = make_client(repo, repository_api=True)
     rollout = "/v2/repository/models/toy/rollout"
     cases = [
-        ({}, 400, "candidate is required"),
+        ({}, 400, "Field required"),
         ({"candidate": "2"}, 400, "already serves"),
         ({"candidate": "7"}, 400, "no version '7'"),
         ({"candidate": "1", "canary_percent": 150}, 400, "canary_percent"),
