@@ -20,12 +20,7 @@ import argparse
 import contextlib
 import io
 import json
-import os
-import socket
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,42 +31,17 @@ import numpy as np
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
+from service.bench.local_server import local_server, single_model_repository
+
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @contextlib.contextmanager
 def serving(model_dir: Path, settings: dict[str, str]) -> Iterator[str]:
     """``detect-serve`` on a repository holding only ``model_dir``; yields its base URL."""
-    with tempfile.TemporaryDirectory() as repo:
-        (Path(repo) / model_dir.name).symlink_to(model_dir.resolve())
-        port = _free_port()
-        env = {**os.environ, **settings, "DETECT_DEFAULT_MODEL": model_dir.name, "DETECT_ACCESS_LOG": "false"}
-        command = [str(Path(sys.executable).parent / "detect-serve"), "--model-repository", repo]
-        command += ["--host", "127.0.0.1", "--port", str(port)]
-        server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 180
-            while time.monotonic() < deadline:
-                if server.poll() is not None:
-                    raise RuntimeError(f"detect-serve exited: {server.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(f"{url}/health/ready", timeout=2).status_code == 200:
-                        break
-                time.sleep(0.5)
-            else:
-                raise RuntimeError("detect-serve did not become ready in 180 s")
-            yield url
-        finally:
-            server.terminate()
-            server.wait(timeout=60)
+    env = {**settings, "DETECT_DEFAULT_MODEL": model_dir.name}
+    with single_model_repository(model_dir) as repo, local_server(repo, env) as server:
+        yield server.url
 
 
 def run_config(

@@ -24,11 +24,7 @@ import argparse
 import contextlib
 import json
 import os
-import socket
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,6 +34,7 @@ import httpx
 import numpy as np
 
 from contract.geometry import resize_for_network
+from service.bench.local_server import local_server, single_model_repository
 from service.served import load_backend
 from service.video.decoding import VideoLimits, open_video
 from training.data.synthetic_video import VideoConfig, generate_video
@@ -46,40 +43,12 @@ REPO = Path(__file__).resolve().parents[1]
 LIMITS = VideoLimits(8192 * 8192, 10_000_000, 1e9)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @contextlib.contextmanager
 def serving(model_dir: Path) -> Iterator[str]:
     """``detect-serve`` on a repository holding only ``model_dir``; yields its base URL."""
-    with tempfile.TemporaryDirectory() as repo:
-        (Path(repo) / model_dir.name).symlink_to(model_dir.resolve())
-        port = _free_port()
-        env = {**os.environ, "DETECT_DEFAULT_MODEL": model_dir.name, "DETECT_ACCESS_LOG": "false"}
-        command = [str(Path(sys.executable).parent / "detect-serve"), "--model-repository", repo]
-        command += ["--host", "127.0.0.1", "--port", str(port)]
-        server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 180
-            while time.monotonic() < deadline:
-                if server.poll() is not None:
-                    assert server.stderr is not None
-                    raise RuntimeError(f"detect-serve exited: {server.stderr.read().decode()[-2000:]}")
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(f"{url}/health/ready", timeout=2).status_code == 200:
-                        break
-                time.sleep(0.5)
-            else:
-                raise RuntimeError("detect-serve did not become ready in 180 s")
-            yield url
-        finally:
-            server.terminate()
-            server.wait(timeout=60)
+    env = {"DETECT_DEFAULT_MODEL": model_dir.name}
+    with single_model_repository(model_dir) as repo, local_server(repo, env) as server:
+        yield server.url
 
 
 def through_server(url: str, video: bytes) -> tuple[int, float]:

@@ -20,9 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
-import subprocess
-import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -30,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from service.bench.local_server import local_server
+from service.bench.proc_cpu import cpu_times
 from service.bench.stream_sources import SAMPLES, SourceServer
 
 
@@ -79,15 +78,15 @@ def run(args: argparse.Namespace) -> int:
     done = _done(args.out, args)
     with (
         SourceServer(fps=args.fps) as source,
-        _serve(args, source.base_url) as (url, pid),
-        httpx.Client(base_url=url, timeout=30) as client,
+        local_server(args.model_repository, _server_env(args, source.base_url)) as server,
+        httpx.Client(base_url=server.url, timeout=30) as client,
     ):
         model = args.model or _default_model(client)
         for n in counts:
             if (model, n) in done:
                 print(f"streams={n}: already in {args.out}, skipped")
                 continue
-            result = _measure(client, url, pid, source, model, n, args)
+            result = _measure(client, server.url, server.pid, source, model, n, args)
             args.out.parent.mkdir(parents=True, exist_ok=True)
             with args.out.open("a") as out:
                 out.write(json.dumps(asdict(result)) + "\n")
@@ -104,46 +103,11 @@ def _done(path: Path, args: argparse.Namespace) -> set[tuple[str, int]]:
     }
 
 
-class _serve:
-    """detect-serve on a free port of 127.0.0.1, allowing ``sources``; yields its URL once ready."""
-
-    def __init__(self, args: argparse.Namespace, sources: str):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        env = {
-            **os.environ,
-            "DETECT_STREAM_SOURCES": sources,
-            "DETECT_ACCESS_LOG": "false",
-            "DETECT_MAX_STREAMS": "64",
-        }
-        env.update(item.split("=", 1) for item in args.env)
-        command = [sys.executable, "-m", "service.cli", "--model-repository", str(args.model_repository)]
-        self.process = subprocess.Popen(
-            [*command, "--port", str(self.port), "--log-level", "warning"], env=env, stdin=subprocess.DEVNULL
-        )
-
-    def __enter__(self) -> tuple[str, int]:
-        import httpx
-
-        url = f"http://127.0.0.1:{self.port}"
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and self.process.poll() is None:
-            try:
-                if httpx.get(url + "/health/ready", timeout=2).status_code == 200:
-                    return url, self.process.pid
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        self.__exit__()
-        raise RuntimeError("detect-serve did not become ready")
-
-    def __exit__(self, *exc: object) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
+def _server_env(args: argparse.Namespace, sources: str) -> dict[str, str]:
+    """The server may open exactly the benchmark's cameras, and enough of them; then ``--env`` items."""
+    env = {"DETECT_STREAM_SOURCES": sources, "DETECT_MAX_STREAMS": "64"}
+    env.update(item.split("=", 1) for item in args.env)
+    return env
 
 
 def _default_model(client: object) -> str:
@@ -152,11 +116,6 @@ def _default_model(client: object) -> str:
     assert isinstance(client, httpx.Client)
     name: str = client.get("/v1/models").json()["default_model"]
     return name
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
 def _rss_mb(pid: int) -> float:
@@ -188,11 +147,11 @@ def _measure(
     asking = threading.Thread(target=_ask_interactively, args=(url, model, interactive, counting, stop))
     asking.start()
     time.sleep(args.warmup)
-    before, cpu0, t0 = _snapshot(client), _cpu_seconds(pid), time.monotonic()
+    before, cpu0, t0 = _snapshot(client), cpu_times(pid).total_s, time.monotonic()
     counting.set()
     time.sleep(args.duration)
     counting.clear()
-    after, cpu1, t1 = _snapshot(client), _cpu_seconds(pid), time.monotonic()
+    after, cpu1, t1 = _snapshot(client), cpu_times(pid).total_s, time.monotonic()
     rss_mb = _rss_mb(pid)
     stop.set()
     for stream_id in ids:
