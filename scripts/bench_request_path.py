@@ -12,6 +12,16 @@ shared machine hits all of them alike. Prints img/s, HTTP/raw, latency and the c
 line then also gives the server's CPU per request (user / system, from /proc). A variant's env may set
 ``PYTHONPATH`` to another checkout of the service to compare code revisions. ``--jsonl FILE`` appends one
 line per variant.
+
+A variant whose env has ``BENCH_SERVER=bare`` is not ``detect-serve`` but `service.bench.bare_server`: one
+thread running each request inline, no batching (what the request path is measured against):
+
+    .venv/bin/python scripts/bench_request_path.py --model-repository REPO --images IMG.jpg --client wrk \
+        --concurrency 1 --rounds 3 --window 8 \
+        --variants '{"detect-serve": {}, "bare inline app": {"BENCH_SERVER": "bare"}}'
+
+The raw yardstick is ``--raw pipeline`` (default: decode to JSON inline in this process, from the same
+image bytes) or ``--raw backend`` (inference alone).
 """
 
 from __future__ import annotations
@@ -55,6 +65,16 @@ def start(repository: str, env: dict[str, str]) -> tuple[subprocess.Popen[bytes]
     quiet = {"DETECT_ACCESS_LOG": "false", "DETECT_LOG_LEVEL": "warning", "PYTHONSAFEPATH": "1"}
     full_env = os.environ | quiet | env
     command = [sys.executable, "-m", "service.cli", "--model-repository", repository, "--port", str(port)]
+    if env.get("BENCH_SERVER") == "bare":
+        command = [
+            sys.executable,
+            "-m",
+            "service.bench.bare_server",
+            "--model",
+            repository,
+            "--port",
+            str(port),
+        ]
     process = subprocess.Popen(command, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300
@@ -85,6 +105,7 @@ def main() -> int:
     parser.add_argument(
         "--raw-batch", type=int, help="the raw backend's batch (default: the last variant's mean)"
     )
+    parser.add_argument("--raw", choices=("pipeline", "backend"), default="pipeline", help="raw yardstick")
     parser.add_argument("--jsonl", type=Path, help="append one JSON line per variant here")
     args = parser.parse_args()
     images = load_images(args.images)
@@ -123,6 +144,7 @@ def main() -> int:
                     batch_size=batch,
                     images=[i.data for i in images],
                     duration_s=args.window,
+                    yardstick=args.raw,
                 )
             )
     finally:
@@ -132,8 +154,8 @@ def main() -> int:
     seconds = sum(r.batches * r.batch_size / r.images_per_s for r in raws)
     raw = sum(r.batches * r.batch_size for r in raws) / seconds
     print(
-        f"concurrency {args.concurrency}, {args.rounds} rounds x {args.window:g} s per variant; raw backend "
-        f"{raw:.1f} img/s at batch {raws[-1].batch_size} ({raws[-1].backend})"
+        f"concurrency {args.concurrency}, {args.rounds} rounds x {args.window:g} s per variant; "
+        f"raw {args.raw} {raw:.1f} img/s at batch {raws[-1].batch_size} ({raws[-1].backend})"
     )
     for name, rounds in results.items():
         merged = merge_rounds(rounds)
@@ -167,6 +189,7 @@ def main() -> int:
                 "rps_rounds": [r.throughput_rps for r in rounds],
                 "raw_img_per_s": raw,
                 "raw_batch": raws[-1].batch_size,
+                "raw_yardstick": args.raw,
                 "http_over_raw": median_rps / raw,
                 "latency_ms": lat,
                 "mean_batch": merged.mean_batch_size,

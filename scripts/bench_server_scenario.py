@@ -5,7 +5,8 @@
         --jsonl docs/results/server-scenario.jsonl --tag NAME
 
 One ``detect-serve`` per variant (default: the fixed batching policy, the latency policy, and no batching
-at all), started once. The raw backend's offline throughput at batch ``--raw-batch`` sets the rates
+at all), started once. The raw pipeline's offline throughput at batch ``--raw-batch`` (``--raw pipeline``,
+default: decode to JSON inline in one thread; ``--raw backend``: inference alone) sets the rates
 (``--fractions`` of it, or ``--rates``). Every round runs every rate on every variant in turn (same seed,
 so the same arrival times), interleaved, so load from elsewhere on a shared machine hits all alike; the
 raw backend is timed again after each round. Per variant it prints p99 per rate (the median over rounds)
@@ -57,6 +58,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--bound-ms", type=float, default=100.0)
     parser.add_argument("--raw-batch", type=int, default=8)
+    parser.add_argument("--raw", choices=("pipeline", "backend"), default="pipeline", help="raw yardstick")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--variants", type=json.loads, default=VARIANTS, help="JSON {name: {env}}")
     parser.add_argument("--jsonl", type=Path)
@@ -64,9 +66,13 @@ def main() -> int:
     args = parser.parse_args()
     images = load_images(args.images)
     image_bytes = [i.data for i in images]
-    raw0 = measure_backend_throughput(args.model_repository, batch_size=args.raw_batch, images=image_bytes)
+    raw0 = measure_backend_throughput(
+        args.model_repository, batch_size=args.raw_batch, images=image_bytes, yardstick=args.raw
+    )
     rates = args.rates or [round(f * raw0.images_per_s, 2) for f in args.fractions]
-    print(f"raw backend {raw0.images_per_s:.1f} img/s at batch {args.raw_batch}; rates {rates}", flush=True)
+    print(
+        f"raw {args.raw} {raw0.images_per_s:.1f} img/s at batch {args.raw_batch}; rates {rates}", flush=True
+    )
     previous = done_runs(args.jsonl, args.tag)
     servers = {name: start(args.model_repository, env) for name, env in args.variants.items()}
     runs: list[dict[str, object]] = list(previous.values())
@@ -106,7 +112,7 @@ def main() -> int:
                         with args.jsonl.open("a") as out:
                             out.write(json.dumps(run) + "\n")
             raw = measure_backend_throughput(
-                args.model_repository, batch_size=args.raw_batch, images=image_bytes
+                args.model_repository, batch_size=args.raw_batch, images=image_bytes, yardstick=args.raw
             )
             raws.append(raw.images_per_s)
     finally:
@@ -115,12 +121,15 @@ def main() -> int:
             process.wait(30)
     raw_median = float(np.median(raws))
     summary = summarize(runs, servers, rates, args.bound_ms, raw_median)
-    print(f"raw backend, median over {len(raws)} timings: {raw_median:.1f} img/s at batch {args.raw_batch}")
+    print(
+        f"raw {args.raw}, median over {len(raws)} timings: {raw_median:.1f} img/s at batch {args.raw_batch}"
+    )
     for line in summary:
         print(line)
     if args.jsonl:
         with args.jsonl.open("a") as out:
-            out.write(json.dumps({"tag": args.tag, "summary": summary, "raw_img_per_s": raws}) + "\n")
+            record = {"tag": args.tag, "summary": summary, "raw_img_per_s": raws, "raw_yardstick": args.raw}
+            out.write(json.dumps(record) + "\n")
     return 0
 
 

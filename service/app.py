@@ -33,6 +33,7 @@ from service.pipeline.entry import DetectionPipeline
 from service.pipeline.shadow import ShadowRunner
 from service.runtime.admission import Resources
 from service.runtime.backends import BackendFactory, create_backend
+from service.runtime.inline import InlineWork
 from service.runtime.metrics import ServiceMetrics, serve_metrics
 from service.runtime.model_control import ModelControl
 from service.runtime.model_runtime import ModelRuntime
@@ -70,7 +71,8 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     api_keys = load_api_keys(settings)
     service_metrics = ServiceMetrics()
     lifecycle = Lifecycle(service_metrics)
-    runtime = ModelRuntime(entries, settings, service_metrics, backend_factory or create_backend)
+    inline = InlineWork(settings.inline_max_ms / 1000, settings.inline_max_pixels)
+    runtime = ModelRuntime(entries, settings, service_metrics, backend_factory or create_backend, inline)
     control = ModelControl(runtime, settings)
     capture = SampleCapture(settings, service_metrics.registry)
     stream_manager = StreamManager(
@@ -82,7 +84,7 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         executor = ThreadPoolExecutor(settings.worker_threads, thread_name_prefix="detect-worker")
-        app.state.resources = Resources.from_settings(settings, executor)
+        app.state.resources = Resources.from_settings(settings, executor, inline)
         shadow = ShadowRunner(
             runtime, settings.rollout_shadow_max_in_flight, settings.rollout_shadow_timeout_s
         )

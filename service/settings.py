@@ -91,6 +91,11 @@ class Settings(BaseSettings):
     # past that budget).
     batch_policy: Literal["fixed", "latency"] = "fixed"
     batch_latency_budget_ms: float = Field(default=100.0, gt=0)
+    # While nothing else runs in the service, a batch whose fitted time is at most inline_max_ms and image
+    # work on at most inline_max_pixels decoded pixels run on the event loop itself, saving a lone request
+    # its thread hand-offs; the loop is then blocked at most about that long. 0 turns it off.
+    inline_max_ms: float = Field(default=50.0, ge=0)
+    inline_max_pixels: int = Field(default=1_000_000, ge=0)
     model_overrides: dict[str, ModelOverride] = Field(default_factory=dict)
 
     # A request that cannot start inference within this time of arriving is answered 504.

@@ -1,29 +1,43 @@
-"""Raw throughput of a service backend (``service.runtime.backends``), without HTTP, batcher or decoding.
+"""Raw throughput of a model in one process, without HTTP or batcher: the yardstick for serving overhead.
 
-The yardstick for serving overhead: ``detect-bench http --compare-backend MODEL_DIR`` runs this at the
-mean batch size the server actually formed, and reports HTTP throughput / raw throughput.
+``detect-bench http --compare-backend MODEL_DIR`` runs this at the mean batch size the server actually
+formed, and reports HTTP throughput / raw throughput. Two yardsticks (``--raw``):
+
+- ``pipeline`` (default): what a request needs besides serving it, inline in one thread: each image
+  decoded from its bytes (the service's reduced JPEG decode included), resized for the network, the
+  batch inferred, each image's detections selected and mapped to its pixels, and its JSON response
+  body built, with the service's own functions.
+- ``backend``: back-to-back ``infer`` calls on already-resized network inputs (inference alone).
+
 Imports no torch: it runs wherever the service runs.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
-from contract.geometry import resize_for_network
+from contract.geometry import network_content_size, resize_for_network
 from contract.manifest import MANIFEST_FILE, Manifest
-from service.imaging.decoding import decode_image
-from service.runtime.backends import create_backend
+from service.imaging.decoding import decode_image, decode_planned, plan_decode
+from service.imaging.postprocess import DetectParams, select_detections, to_schema
+from service.runtime.backends import Backend, create_backend
 from service.runtime.repository import ModelEntry, scan_repository, select_versions
+from service.schemas import DetectionResult
 from service.settings import Settings
+
+Yardstick = Literal["pipeline", "backend"]
 
 
 @dataclass(frozen=True)
 class BackendThroughput:
+    """``yardstick``: ``pipeline`` (decode to JSON, inline) or ``backend`` (inference alone)."""
+
     model: str
     version: str
     backend: str
@@ -31,6 +45,7 @@ class BackendThroughput:
     batches: int
     images_per_s: float
     batch_ms_p50: float
+    yardstick: Yardstick = "backend"
 
 
 def resolve_entry(path: str | Path, model: str | None = None) -> ModelEntry:
@@ -74,27 +89,44 @@ def measure_backend_throughput(
     duration_s: float = 10.0,
     model: str | None = None,
     settings: Settings | None = None,
+    yardstick: Yardstick = "backend",
 ) -> BackendThroughput:
-    """Images per second of back-to-back ``infer`` calls at ``batch_size`` (after one warm-up call).
+    """Images per second of back-to-back batches at ``batch_size`` (after one warm-up batch): ``infer``
+    calls alone, or with ``yardstick="pipeline"`` the whole inline pipeline from the encoded ``images``.
 
     Batches cycle through ``images`` (up to 64 of them, as a load client would send them): detection
     post-processing costs more on busy scenes than on empty ones.
     """
     entry = resolve_entry(model_dir, model)
     settings = settings or Settings()
+    if yardstick == "pipeline" and not images:
+        raise ValueError("the pipeline yardstick needs encoded images")
     backend = create_backend(entry, settings)
     try:
         batch_size = max(1, min(batch_size, backend.max_batch_size))
         images = list(images[:64])
         count = max(1, len(images) // batch_size)
-        batches = [network_batch(entry, images, batch_size, i * batch_size) for i in range(count)]
-        backend.infer(batches[0])  # warm-up: first runs allocate
+        call: Callable[[int], object]
+        if yardstick == "pipeline":
+            groups = [
+                [images[(i * batch_size + j) % len(images)] for j in range(batch_size)] for i in range(count)
+            ]
+
+            def call(index: int) -> object:
+                return pipeline_batch(backend, entry, groups[index % count], settings)
+
+        else:
+            batches = [network_batch(entry, images, batch_size, i * batch_size) for i in range(count)]
+
+            def call(index: int) -> object:
+                return backend.infer(batches[index % count])
+
+        call(0)  # warm-up: first runs allocate
         times: list[float] = []
         stop_at = time.perf_counter() + duration_s
         while time.perf_counter() < stop_at or not times:
-            batch = batches[len(times) % count]
             started = time.perf_counter()
-            backend.infer(batch)
+            call(len(times))
             times.append(time.perf_counter() - started)
         return BackendThroughput(
             model=entry.name,
@@ -104,6 +136,45 @@ def measure_backend_throughput(
             batches=len(times),
             images_per_s=batch_size * len(times) / sum(times),
             batch_ms_p50=float(np.percentile(times, 50) * 1000),
+            yardstick=yardstick,
         )
     finally:
         backend.close()
+
+
+def pipeline_batch(
+    backend: Backend, entry: ModelEntry, encoded: Sequence[bytes], settings: Settings
+) -> list[str]:
+    """``POST /detect``'s work for ``encoded`` images without serving them: decode (reduced where the
+    service reduces), resize, one ``infer`` call, detections in image pixels, each JSON response body."""
+    manifest = entry.manifest
+    spec = manifest.input
+
+    def reduce_to(size: tuple[int, int]) -> tuple[int, int]:
+        return network_content_size(spec, size)
+
+    views = []
+    for data in encoded:
+        plan = plan_decode(
+            data,
+            max_pixels=settings.max_image_pixels,
+            reduce_to=reduce_to if settings.reduced_jpeg_decode else None,
+        )
+        image = decode_planned(data, plan)
+        size = plan.original_size if plan.scale_denominator > 1 else (image.shape[1], image.shape[0])
+        network_input, transform = resize_for_network(image, spec, size)
+        views.append((network_input, transform, size))
+    outputs = backend.infer(np.stack([view[0] for view in views]))
+    bodies: list[str] = []
+    for i, (_, transform, (width, height)) in enumerate(views):
+        one = {name: value[i] for name, value in outputs.items()}
+        kept = select_detections(one, transform, manifest, DetectParams())
+        result = DetectionResult(
+            model=manifest.name,
+            version=entry.version,
+            width=width,
+            height=height,
+            detections=to_schema(kept, manifest.labels),
+        )
+        bodies.append(result.model_dump_json(exclude_none=True))
+    return bodies

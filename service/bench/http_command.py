@@ -60,6 +60,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="then measure this model folder's raw backend at the observed mean batch size",
     )
     parser.add_argument(
+        "--raw",
+        choices=("pipeline", "backend"),
+        default="pipeline",
+        help="the --compare-backend yardstick: pipeline (decode, resize, infer, detections, JSON inline in "
+        "one thread, from the same image bytes) or backend (infer calls on resized inputs alone)",
+    )
+    parser.add_argument(
         "--backend-threads", type=int, default=0, help="intra-op threads for --compare-backend"
     )
     parser.add_argument(
@@ -108,7 +115,12 @@ def run(args: argparse.Namespace) -> int:
             raw_window = window if args.rounds > 1 else min(window, 10.0)
             raws.append(
                 compare_with_backend(
-                    result, args.compare_backend, images, duration_s=raw_window, threads=args.backend_threads
+                    result,
+                    args.compare_backend,
+                    images,
+                    duration_s=raw_window,
+                    threads=args.backend_threads,
+                    yardstick=args.raw,
                 )
             )
     result = merge_rounds(rounds) if len(rounds) > 1 else rounds[0]

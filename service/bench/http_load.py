@@ -30,7 +30,7 @@ from service.bench.proc_cpu import CpuTimes, cpu_times, listener_pid
 from service.bench.scrape import histogram_totals, window_gain
 
 if TYPE_CHECKING:
-    from service.bench.backend_throughput import BackendThroughput
+    from service.bench.backend_throughput import BackendThroughput, Yardstick
 
 IMAGE_TYPES = {
     ".jpg": "image/jpeg",
@@ -271,8 +271,10 @@ def compare_with_backend(
     images: Sequence[BenchImage],
     duration_s: float,
     threads: int,
+    yardstick: Yardstick = "pipeline",
 ) -> BackendThroughput:
-    """Measure the raw backend at the run's mean batch size and store it and HTTP/raw in ``result``."""
+    """Measure the raw pipeline or backend at the run's mean batch size and store it and HTTP/raw in
+    ``result``."""
     from service.bench.backend_throughput import measure_backend_throughput
     from service.settings import Settings
 
@@ -284,6 +286,7 @@ def compare_with_backend(
         duration_s=duration_s,
         model=result.model,
         settings=Settings(intra_op_threads=threads),
+        yardstick=yardstick,
     )
     set_raw(result, [raw])
     return raw
@@ -340,7 +343,8 @@ def format_report(result: HttpLoadResult) -> str:
     if result.raw_backend is not None:
         raw = result.raw_backend
         lines.append(
-            f"raw backend  {raw['images_per_s']:.2f} img/s at batch {raw['batch_size']} ({raw['backend']})   "
+            f"raw {raw.get('yardstick', 'backend')}  {raw['images_per_s']:.2f} img/s at batch "
+            f"{raw['batch_size']} ({raw['backend']})   "
             f"HTTP/raw {result.http_over_raw:.2f}"
         )
     return "\n".join(lines)

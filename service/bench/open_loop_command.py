@@ -123,10 +123,14 @@ def run_open_loop_command(
             duration_s=min(args.duration, 10.0),
             model=args.model,
             settings=Settings(intra_op_threads=args.backend_threads),
+            yardstick=args.raw,
         )
         report["raw_backend"] = asdict(raw)
         report["rate_over_raw"] = best.rate / raw.images_per_s
-        print(f"raw backend  {raw.images_per_s:.2f} img/s offline at batch {raw.batch_size} ({raw.backend})")
+        print(
+            f"raw {raw.yardstick}  {raw.images_per_s:.2f} img/s offline at batch {raw.batch_size} "
+            f"({raw.backend})"
+        )
     what = f"highest rate with p99 <= {args.search_p99:g} ms" if args.search_p99 is not None else "rate"
     ratio = f" = {report['rate_over_raw']:.2f} of raw" if "rate_over_raw" in report else ""
     print(f"{what}: {best.rate:.2f}/s{ratio}\n{format_run(best, server_ms.get(best.rate))}")

@@ -7,7 +7,8 @@ when the process-wide budget stays full) instead of being accepted and failing l
 Image work (decode, resize, mask encoding, drawing) runs in worker threads, but not as one shared FIFO:
 each request runs its images one at a time, so concurrent requests interleave, and work on large
 images (`HEAVY_PIXELS` and up) takes at most all but one of the threads, so small requests always find
-a thread free while big ones decode or render.
+a thread free while big ones decode or render. Small image work runs on the event loop itself while the
+service has nothing else running (`service.runtime.inline`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from service.runtime.budget import MemoryBudget
+from service.runtime.inline import InlineWork
 from service.settings import Settings
 
 T = TypeVar("T")
@@ -36,18 +38,26 @@ HEAVY_PIXELS = 4_000_000
 class WorkScheduler:
     """Runs image work in the worker threads; heavy work never takes the last free thread."""
 
-    def __init__(self, executor: Executor, threads: int):
+    def __init__(self, executor: Executor, threads: int, inline: InlineWork | None = None):
         self.executor = executor
         self._heavy = asyncio.Semaphore(max(1, threads - 1))
         self._alone = threads == 1
+        self.inline = inline or InlineWork()
 
     async def run(self, pixels: int, work: Callable[..., T], *args: object) -> T:
-        """``work(*args)`` in a worker thread; ``pixels`` is how many pixels it touches."""
-        loop = asyncio.get_running_loop()
-        if pixels < HEAVY_PIXELS or self._alone:
-            return await loop.run_in_executor(self.executor, work, *args)
-        async with self._heavy:
-            return await loop.run_in_executor(self.executor, work, *args)
+        """``work(*args)`` in a worker thread (on the event loop when `InlineWork` allows); ``pixels`` is
+        how many pixels it touches."""
+        if self.inline.image_work(pixels):
+            return work(*args)
+        self.inline.threads_busy += 1
+        try:
+            loop = asyncio.get_running_loop()
+            if pixels < HEAVY_PIXELS or self._alone:
+                return await loop.run_in_executor(self.executor, work, *args)
+            async with self._heavy:
+                return await loop.run_in_executor(self.executor, work, *args)
+        finally:
+            self.inline.threads_busy -= 1
 
 
 @dataclass(frozen=True)
@@ -76,12 +86,14 @@ class Resources:
     reduced_jpeg_decode: bool
 
     @classmethod
-    def from_settings(cls, settings: Settings, executor: Executor) -> Resources:
+    def from_settings(
+        cls, settings: Settings, executor: Executor, inline: InlineWork | None = None
+    ) -> Resources:
         wait_s = settings.admission_wait_ms / 1000
         return cls(
             body_budget=MemoryBudget("request body", settings.body_memory_bytes),
             image_budget=MemoryBudget("image", settings.image_memory_bytes),
-            scheduler=WorkScheduler(executor, settings.worker_threads),
+            scheduler=WorkScheduler(executor, settings.worker_threads, inline),
             upload_limits=UploadLimits(
                 max_body_bytes=settings.max_body_bytes,
                 max_images=settings.max_images_per_request,

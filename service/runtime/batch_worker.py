@@ -97,11 +97,26 @@ class BatchWorker(Generic[In, Out]):
         self.running_since = 0.0
         self.task: asyncio.Task[None] | None = None
 
-    def dispatch(self, batch: list[Pending[In, Out]]) -> None:
-        """Start running ``batch`` (the worker must be idle)."""
+    def dispatch(self, batch: list[Pending[In, Out]], inline: bool = False) -> None:
+        """Start running ``batch`` (the worker must be idle); with ``inline``, run it to the end here, on
+        the event loop's own thread (`service.runtime.inline`), and hand out its results."""
         self.idle = False
         self.running_size, self.running_since = len(batch), time.monotonic()
+        if inline:
+            self._run_inline(batch)
+            return
         self.task = asyncio.get_running_loop().create_task(self._execute(batch), name=f"batch-{self.name}")
+
+    def _run_inline(self, batch: list[Pending[In, Out]]) -> None:
+        started = time.monotonic()
+        try:
+            outputs = self._run_batch([p.item for p in batch])
+        except Exception as exc:
+            self._done(batch, started)
+            self._fail(batch, exc)
+            return
+        self._done(batch, started)
+        self._deliver(batch, outputs)
 
     def shutdown(self) -> None:
         """Stop the thread; a batch not yet started is cancelled."""
@@ -127,6 +142,9 @@ class BatchWorker(Generic[In, Out]):
         # The worker is free before the results are handed out, so the next batch is dispatched first
         # (its wake-up is queued ahead of the waiters') and inference does not wait on their responses.
         self._done(batch, started)
+        self._deliver(batch, outputs)
+
+    def _deliver(self, batch: list[Pending[In, Out]], outputs: Sequence[Out]) -> None:
         if len(outputs) != len(batch):
             error = BackendError(
                 f"model {self.name!r} returned {len(outputs)} results for {len(batch)} inputs"

@@ -28,6 +28,10 @@ uses the fitted batch-time model, the arrival rate and each request's latency bu
 or its deadline) to stop a batch from growing past what keeps its oldest request within budget, and to
 wait for company only when that lowers the summed completion time. ``max_queue_delay_s`` is then unused.
 
+With an `service.runtime.inline.InlineWork`, a batch that finds nothing else running in the service and
+is expected to be short runs on the event loop itself instead of the worker thread (two thread wake-ups
+fewer for a lone request).
+
 The batcher knows nothing about models: it batches opaque items through ``run_batch``, which its
 `service.runtime.batch_worker.BatchWorker` runs.
 """
@@ -45,6 +49,7 @@ from typing import Generic, Literal, TypeVar
 from service.errors import DeadlineExceeded, QueueFull, ServiceError, ServiceUnavailable
 from service.runtime.batch_close import ArrivalRate, BatchState, close_reason, wait_s
 from service.runtime.batch_worker import BatcherMetrics, BatchWorker, ItemTimes, NoMetrics, Pending
+from service.runtime.inline import InlineWork
 from service.runtime.wait_estimate import expected_finish_s, retry_after_s
 
 logger = logging.getLogger(__name__)
@@ -84,6 +89,7 @@ class DynamicBatcher(Generic[In, Out]):
         dispatch_when_idle: bool = False,
         policy: str = "fixed",
         latency_budget_s: float = 0.1,
+        inline: InlineWork | None = None,
     ):
         if not isinstance(max_batch_size, int) or max_batch_size < 1:
             raise ValueError(f"max_batch_size must be an integer >= 1, got {max_batch_size!r}")
@@ -105,6 +111,7 @@ class DynamicBatcher(Generic[In, Out]):
         self.deadline_margin_s = deadline_margin_s
         self.dispatch_when_idle = dispatch_when_idle
         self._metrics: BatcherMetrics = metrics or NoMetrics()
+        self._inline = inline
 
         self._queue: deque[Pending[In, Out]] = deque()  # interactive items
         self._streams: deque[Pending[In, Out]] = deque()  # stream frames: taken after interactive items
@@ -126,6 +133,8 @@ class DynamicBatcher(Generic[In, Out]):
             raise RuntimeError(f"batcher {self.name!r} already started")
         self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"batcher-{self.name}")
         self._task.add_done_callback(self._on_loop_done)
+        if self._inline is not None:
+            self._inline.register(self)
 
     @property
     def alive(self) -> bool:
@@ -135,6 +144,11 @@ class DynamicBatcher(Generic[In, Out]):
     @property
     def failure(self) -> BaseException | None:
         return self._failure
+
+    @property
+    def busy(self) -> bool:
+        """A batch running, or requests waiting."""
+        return not self._worker.idle or self.queue_depth > 0
 
     @property
     def queue_depth(self) -> int:
@@ -168,6 +182,8 @@ class DynamicBatcher(Generic[In, Out]):
                 self._task.cancel()
             self._fail_waiting(ServiceUnavailable(f"model {self.name!r} shut down before this request ran"))
         finally:
+            if self._inline is not None:
+                self._inline.unregister(self)
             self._worker.shutdown()
 
     # ------------------------------------------------------------------ submit
@@ -299,8 +315,15 @@ class DynamicBatcher(Generic[In, Out]):
                 continue
             self._dispatching = live  # if anything below fails, the loop's death handler fails these
             self._metrics.batch_closed(len(live), reason)
-            self._worker.dispatch(live)
+            self._worker.dispatch(live, inline=self._runs_inline(live))
             self._dispatching = []
+
+    def _runs_inline(self, batch: list[Pending[In, Out]]) -> bool:
+        """Run ``batch`` on the event loop: nothing else waits for this model or runs in the service, and
+        the batch's fitted time is within the inline bound (`service.runtime.inline`)."""
+        if self._inline is None or self.queue_depth > 0 or not self.batch_times.known:
+            return False
+        return self._inline.batch(self, self.batch_times.seconds(len(batch)))
 
     async def _collect(self) -> tuple[list[Pending[In, Out]], str] | None:
         """Wait for the next batch to close; None when stopping with nothing left to run."""

@@ -26,6 +26,7 @@ from service.runtime.backends import Backend, BackendFactory
 from service.runtime.batch_worker import ItemTimes
 from service.runtime.batcher import DynamicBatcher, Priority
 from service.runtime.default_model import no_default_message, resolve_default_model
+from service.runtime.inline import InlineWork
 from service.runtime.metrics import ModelMetrics, ServiceMetrics
 from service.runtime.repository import ModelEntry, version_sort_key
 from service.runtime.rollout import Rollouts
@@ -173,8 +174,10 @@ class ModelRuntime:
         settings: Settings,
         metrics: ServiceMetrics,
         backend_factory: BackendFactory,
+        inline: InlineWork | None = None,
     ):
         self.settings = settings
+        self.inline = inline
         self._metrics = metrics
         self._factory = backend_factory
         self.models: dict[str, dict[str, LoadedModel]] = {}
@@ -269,6 +272,7 @@ class ModelRuntime:
                 dispatch_when_idle=self.settings.dispatch_when_idle,
                 policy=self.settings.batch_policy,
                 latency_budget_s=self.settings.batch_latency_budget_ms / 1000.0,
+                inline=self.inline,
             )
             model.batcher.start()
             model.state = "ready"

@@ -29,8 +29,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import av
+import cv2
 import numpy as np
 
+from service.errors import PayloadTooLarge, ServiceError
+from service.imaging.decoding import decode_planned, plan_decode
+from service.imaging.headers import ImageHeaderError, read_header
 from service.streams.state import SessionState
 
 logger = logging.getLogger(__name__)
@@ -58,10 +62,26 @@ class Frame:
     captured_at: float  # time.monotonic() when it was read
     captured_wall: float  # time.time() at the same moment
 
+    @property
+    def pixels(self) -> int:
+        """The frame's pixels (0 when its bytes have no readable size): what converting it touches."""
+        if isinstance(self.source, av.VideoFrame):
+            return int(self.source.width * self.source.height)
+        try:
+            header = read_header(self.source)
+        except ImageHeaderError:
+            return 0
+        return header.width * header.height
+
     def to_rgb(self, max_pixels: int) -> np.ndarray:
         """The frame as RGB ``uint8 [H, W, 3]``, scaled down to at most ``max_pixels`` (blocking: a worker
-        thread). Raises `ValueError` for bytes that do not decode to a frame."""
+        thread). Raises `ValueError` for bytes that do not decode to a frame.
+
+        An MJPEG frame is decoded by the service's JPEG decoder (libjpeg-turbo), ~4x faster here than
+        FFmpeg's decoder plus its RGB conversion."""
         frame = self.source
+        if isinstance(frame, bytes) and self.codec == "mjpeg":
+            return _jpeg_to_rgb(frame, max_pixels)
         if isinstance(frame, bytes):
             decoder = av.VideoCodecContext.create(self.codec, "r")
             assert isinstance(decoder, av.VideoCodecContext)
@@ -145,6 +165,26 @@ class NewestFrame:
 
 class SourceTooLarge(ValueError):
     """The source's frames have more pixels than a session may decode."""
+
+
+def _jpeg_to_rgb(data: bytes, max_pixels: int) -> np.ndarray:
+    try:
+        plan = plan_decode(data, max_pixels=SOURCE_PIXELS_FACTOR * max_pixels, field="frame")
+    except PayloadTooLarge as exc:
+        header = read_header(data)
+        check_source_size(header.width, header.height, max_pixels)  # raises SourceTooLarge
+        raise ValueError(exc.message) from exc
+    except ServiceError as exc:
+        raise ValueError(exc.message) from exc
+    try:
+        image = decode_planned(data, plan, field="frame")
+    except ServiceError as exc:
+        raise ValueError(exc.message) from exc
+    height, width = image.shape[:2]
+    size = scaled_size(width, height, max_pixels)
+    if size == (width, height):
+        return image
+    return cv2.resize(image, size, interpolation=cv2.INTER_AREA)
 
 
 def check_source_size(width: int, height: int, max_pixels: int) -> None:

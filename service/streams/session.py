@@ -177,7 +177,8 @@ class StreamSession:
 
     async def _process(self, frame: Frame) -> None:
         try:  # decoded (intra-only sources) and converted only now that it is processed
-            image = await self._pipeline.resources.scheduler.run(0, frame.to_rgb, self._max_pixels)
+            scheduler = self._pipeline.resources.scheduler
+            image = await scheduler.run(frame.pixels, frame.to_rgb, self._max_pixels)
         except SourceTooLarge as exc:  # an MJPEG camera's frames: known only once one is decoded
             self.state.fail(str(exc))
             await asyncio.to_thread(self._reader.stop, 0)

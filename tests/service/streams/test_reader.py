@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 from service_testkit import wait_until
 
@@ -177,3 +178,27 @@ def test_a_source_far_above_the_pixel_bound_is_refused(source: SourceServer) -> 
             take(reader).to_rgb(1000)
     finally:
         assert reader.stop(2.0)
+
+
+def test_an_mjpeg_frame_converts_like_ffmpeg_with_its_size_known_before_decoding() -> None:
+    import av
+    import simplejpeg
+
+    from service.bench.stream_sources import synthetic_frames
+
+    rgb = synthetic_frames(320, 240, 1)[0]
+    data = simplejpeg.encode_jpeg(rgb, quality=90, colorspace="RGB")
+    frame = Frame(data, "mjpeg", 1, None, 0.0, 0.0)
+    assert frame.pixels == 320 * 240
+    ours = frame.to_rgb(1 << 24)
+    decoder = av.VideoCodecContext.create("mjpeg", "r")
+    theirs = next(iter(decoder.decode(av.Packet(data)))).to_ndarray(format="rgb24")
+    assert ours.shape == theirs.shape == (240, 320, 3)
+    assert np.abs(ours.astype(np.int16) - theirs.astype(np.int16)).mean() < 2.0
+    assert frame.to_rgb(160 * 120).shape == (120, 160, 3)  # scaled down to the bound
+    with pytest.raises(SourceTooLarge):
+        frame.to_rgb(320 * 240 // 8)  # more than SOURCE_PIXELS_FACTOR x the bound
+    broken = Frame(data[: len(data) // 3], "mjpeg", 2, None, 0.0, 0.0)
+    with pytest.raises(ValueError):
+        broken.to_rgb(1 << 24)
+    assert Frame(b"not a jpeg", "mjpeg", 3, None, 0.0, 0.0).pixels == 0

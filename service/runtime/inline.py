@@ -1,0 +1,63 @@
+"""Running a request's work on the event loop itself while the server has nothing else to do.
+
+Image work and inference normally run in threads (`service.runtime.admission.WorkScheduler`, each
+model's `service.runtime.batch_worker.BatchWorker`), so the event loop keeps accepting and parsing
+requests meanwhile. Each such hand-off costs two thread wake-ups (the thread's, then the event loop's
+when the result comes back). Under load those overlap with other work; on a lone request they are pure
+latency, and on a small virtual machine, where waking an idle core is slow, they cost more than the
+request's own CPU work outside inference (docs/cpu-inference.md, "Inline when idle").
+
+`InlineWork` lets that work run on the event loop when nothing else is running anywhere in the service
+(no image work in the worker threads, no batch running or waiting on any model) and the work is
+bounded: image work on at most ``max_pixels`` decoded pixels, a batch whose fitted time is at most
+``max_s``. The loop is then blocked for at most about that long; a request that arrives meanwhile waits
+in its socket, as it would have waited for the busy model, and anything else running turns the thread
+path back on. ``max_s`` of 0 turns it off (``DETECT_INLINE_MAX_MS``).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class BusyProbe(Protocol):
+    """A model's batcher, as `InlineWork` sees it."""
+
+    @property
+    def busy(self) -> bool:
+        """A batch running, or requests waiting."""
+        ...
+
+
+class InlineWork:
+    """Whether work may run on the event loop now (see the module docstring). Event-loop thread only."""
+
+    def __init__(self, max_s: float = 0.0, max_pixels: int = 0):
+        if max_s < 0 or max_pixels < 0:
+            raise ValueError(f"max_s and max_pixels must be >= 0, got {max_s!r}, {max_pixels!r}")
+        self.max_s = float(max_s)
+        self.max_pixels = int(max_pixels)
+        self.threads_busy = 0  # image work running in the worker threads
+        self._batchers: set[BusyProbe] = set()
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_s > 0
+
+    def register(self, batcher: BusyProbe) -> None:
+        self._batchers.add(batcher)
+
+    def unregister(self, batcher: BusyProbe) -> None:
+        self._batchers.discard(batcher)
+
+    def _quiet(self, besides: BusyProbe | None = None) -> bool:
+        return self.threads_busy == 0 and not any(b.busy for b in self._batchers if b is not besides)
+
+    def image_work(self, pixels: int) -> bool:
+        """Whether image work on ``pixels`` decoded pixels may run on the loop now."""
+        return self.enabled and pixels <= self.max_pixels and self._quiet()
+
+    def batch(self, batcher: BusyProbe, seconds: float) -> bool:
+        """Whether ``batcher``'s next batch, expected to take ``seconds`` (0: unknown), may run on the loop
+        now; the caller has already taken the batch, so ``batcher`` itself is not asked."""
+        return self.enabled and 0 < seconds <= self.max_s and self._quiet(besides=batcher)
