@@ -71,7 +71,9 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     api_keys = load_api_keys(settings)
     service_metrics = ServiceMetrics()
     lifecycle = Lifecycle(service_metrics)
-    inline = InlineWork(settings.inline_max_ms / 1000, settings.inline_max_pixels)
+    inline = InlineWork(
+        settings.inline_max_ms / 1000, settings.inline_max_pixels, in_flight=lambda: lifecycle.in_flight
+    )
     runtime = ModelRuntime(entries, settings, service_metrics, backend_factory or create_backend, inline)
     control = ModelControl(runtime, settings)
     capture = SampleCapture(settings, service_metrics.registry)

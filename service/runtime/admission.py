@@ -44,10 +44,10 @@ class WorkScheduler:
         self._alone = threads == 1
         self.inline = inline or InlineWork()
 
-    async def run(self, pixels: int, work: Callable[..., T], *args: object) -> T:
-        """``work(*args)`` in a worker thread (on the event loop when `InlineWork` allows); ``pixels`` is
-        how many pixels it touches."""
-        if self.inline.image_work(pixels):
+    async def run(self, pixels: int, work: Callable[..., T], *args: object, may_inline: bool = True) -> T:
+        """``work(*args)`` in a worker thread (on the event loop when ``may_inline`` and `InlineWork`
+        allow); ``pixels`` is how many pixels it touches."""
+        if may_inline and self.inline.image_work(pixels):
             return work(*args)
         self.inline.threads_busy += 1
         try:

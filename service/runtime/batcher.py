@@ -28,9 +28,9 @@ uses the fitted batch-time model, the arrival rate and each request's latency bu
 or its deadline) to stop a batch from growing past what keeps its oldest request within budget, and to
 wait for company only when that lowers the summed completion time. ``max_queue_delay_s`` is then unused.
 
-With an `service.runtime.inline.InlineWork`, a batch that finds nothing else running in the service and
-is expected to be short runs on the event loop itself instead of the worker thread (two thread wake-ups
-fewer for a lone request).
+With an `service.runtime.inline.InlineWork`, a batch of interactive items that finds nothing else
+running in the service and is expected to be short runs on the event loop itself instead of the worker
+thread (two thread wake-ups fewer for a lone request).
 
 The batcher knows nothing about models: it batches opaque items through ``run_batch``, which its
 `service.runtime.batch_worker.BatchWorker` runs.
@@ -322,6 +322,8 @@ class DynamicBatcher(Generic[In, Out]):
         """Run ``batch`` on the event loop: nothing else waits for this model or runs in the service, and
         the batch's fitted time is within the inline bound (`service.runtime.inline`)."""
         if self._inline is None or self.queue_depth > 0 or not self.batch_times.known:
+            return False
+        if any(p.background for p in batch):  # stream frames: see service.runtime.inline
             return False
         return self._inline.batch(self, self.batch_times.seconds(len(batch)))
 

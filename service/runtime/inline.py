@@ -8,15 +8,19 @@ latency, and on a small virtual machine, where waking an idle core is slow, they
 request's own CPU work outside inference (docs/cpu-inference.md, "Inline when idle").
 
 `InlineWork` lets that work run on the event loop when nothing else is running anywhere in the service
-(no image work in the worker threads, no batch running or waiting on any model) and the work is
-bounded: image work on at most ``max_pixels`` decoded pixels, a batch whose fitted time is at most
-``max_s``. The loop is then blocked for at most about that long; a request that arrives meanwhile waits
-in its socket, as it would have waited for the busy model, and anything else running turns the thread
-path back on. ``max_s`` of 0 turns it off (``DETECT_INLINE_MAX_MS``).
+(no other request or stream frame in flight, no image work in the worker threads, no batch running or
+waiting on any model) and the work is bounded: image work on at most ``max_pixels`` decoded pixels, a
+batch whose fitted time is at most ``max_s``. The loop is then blocked for at most about that long; a
+request that arrives meanwhile waits in its socket, as it would have waited for the busy model, and
+anything else running turns the thread path back on. Stream frames never run inline: frames of several
+cameras arrive continuously, and a loop busy with one would not see the others arrive, so each would
+find the service "idle" and they would run one by one instead of batched. ``max_s`` of 0 turns it off
+(``DETECT_INLINE_MAX_MS``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 
@@ -32,11 +36,13 @@ class BusyProbe(Protocol):
 class InlineWork:
     """Whether work may run on the event loop now (see the module docstring). Event-loop thread only."""
 
-    def __init__(self, max_s: float = 0.0, max_pixels: int = 0):
+    def __init__(self, max_s: float = 0.0, max_pixels: int = 0, in_flight: Callable[[], int] | None = None):
+        """``in_flight``: requests and stream frames in flight in the service (the asking one included)."""
         if max_s < 0 or max_pixels < 0:
             raise ValueError(f"max_s and max_pixels must be >= 0, got {max_s!r}, {max_pixels!r}")
         self.max_s = float(max_s)
         self.max_pixels = int(max_pixels)
+        self._in_flight = in_flight
         self.threads_busy = 0  # image work running in the worker threads
         self._batchers: set[BusyProbe] = set()
 
@@ -51,6 +57,8 @@ class InlineWork:
         self._batchers.discard(batcher)
 
     def _quiet(self, besides: BusyProbe | None = None) -> bool:
+        if self._in_flight is not None and self._in_flight() > 1:
+            return False
         return self.threads_busy == 0 and not any(b.busy for b in self._batchers if b is not besides)
 
     def image_work(self, pixels: int) -> bool:

@@ -178,7 +178,7 @@ class StreamSession:
     async def _process(self, frame: Frame) -> None:
         try:  # decoded (intra-only sources) and converted only now that it is processed
             scheduler = self._pipeline.resources.scheduler
-            image = await scheduler.run(frame.pixels, frame.to_rgb, self._max_pixels)
+            image = await scheduler.run(frame.pixels, frame.to_rgb, self._max_pixels, may_inline=False)
         except SourceTooLarge as exc:  # an MJPEG camera's frames: known only once one is decoded
             self.state.fail(str(exc))
             await asyncio.to_thread(self._reader.stop, 0)

@@ -148,3 +148,27 @@ def test_image_work_runs_on_the_loop_only_when_small_and_nothing_else_runs() -> 
 def test_negative_bounds_are_refused() -> None:
     with pytest.raises(ValueError, match="must be >= 0"):
         InlineWork(max_s=-1)
+
+
+def test_another_request_in_flight_or_a_stream_frame_keeps_work_off_the_loop() -> None:
+    in_flight = [1]
+
+    async def scenario() -> tuple[list[int], int]:
+        inline = InlineWork(max_s=0.05, max_pixels=1000, in_flight=lambda: in_flight[0])
+        run = Recorder()
+        batcher = _batcher(run, inline)
+        batcher.start()
+        await batcher.submit(0)  # known from here on
+        assert inline.image_work(10) and inline.batch(batcher, 0.001)
+        await batcher.submit(1)  # alone: on the loop
+        in_flight[0] = 2
+        assert not inline.image_work(10)
+        await batcher.submit(2)  # another request in flight: the worker
+        in_flight[0] = 1
+        await batcher.submit(3, priority="stream")  # a stream frame: the worker
+        await batcher.stop(5)
+        return run.threads, threading.get_ident()
+
+    threads, loop_thread = asyncio.run(scenario())
+    assert threads[1] == loop_thread
+    assert threads[2] != loop_thread and threads[3] != loop_thread
