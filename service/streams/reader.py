@@ -89,6 +89,7 @@ class ReaderConfig:
     reconnect_max_s: float
     reconnect_attempts: int  # 0: never give up
     protocol_whitelist: str  # what FFmpeg may open, also from inside the source (HLS segments)
+    rtsp_probe_s: float = 1.0  # how much of an RTSP source FFmpeg reads to learn its streams when opening
 
 
 class RateMeter:
@@ -169,6 +170,10 @@ def _open_options(config: ReaderConfig) -> dict[str, str]:
     if config.url.startswith(("rtsp://", "rtsps://")):
         # RTSP over TCP: no lost UDP packets (smeared frames) on a busy network.
         options["rtsp_transport"] = "tcp"
+        # FFmpeg's default probe reads a live source until it has ~20 frames (to measure the frame rate,
+        # which the reader does not use) or 5 s of it: 1.4 s of a 15 fps camera, 5 s of a 2 fps one,
+        # spent again at every reconnect. The SDP and the first frames tell the codec and size sooner.
+        options["analyzeduration"] = str(round(config.rtsp_probe_s * 1_000_000))
     return options
 
 

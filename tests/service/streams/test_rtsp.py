@@ -129,9 +129,9 @@ def start_camera(tmp_path: Path) -> Iterator[Callable[..., RtspCamera]]:
         pytest.skip(f"{reason}; scripts/install-system-deps.sh installs it")
     cameras: list[RtspCamera] = []
 
-    def start(*, port: int = 0, pattern: str = "ball") -> RtspCamera:
+    def start(*, port: int = 0, pattern: str = "ball", fps: int = 15) -> RtspCamera:
         log = tmp_path / f"rtsp-server-{len(cameras)}.log"
-        cameras.append(RtspCamera(log, port=port, pattern=pattern))
+        cameras.append(RtspCamera(log, port=port, pattern=pattern, fps=fps))
         return cameras[-1]
 
     yield start
@@ -139,8 +139,17 @@ def start_camera(tmp_path: Path) -> Iterator[Callable[..., RtspCamera]]:
         camera.close()
 
 
-def reader_for(url: str, *, attempts: int = 2, backoff_s: float = 0.05) -> FrameReader:
-    config = ReaderConfig(url, 15, 1 << 24, OPEN_TIMEOUT_S, 1.0, backoff_s, 0.2, attempts, PROTOCOL_WHITELIST)
+def url_of(camera: RtspCamera, mount: str) -> str:
+    """The mount's URL; skips the test where the camera does not serve it (H.264 without x264enc)."""
+    if f"/{mount}" not in camera.mounts:
+        pytest.skip(f"no /{mount} mount: x264enc is not installed (gstreamer1.0-plugins-ugly)")
+    return camera.url(mount)
+
+
+def reader_for(
+    url: str, *, attempts: int = 2, backoff_s: float = 0.05, open_timeout_s: float = OPEN_TIMEOUT_S
+) -> FrameReader:
+    config = ReaderConfig(url, 15, 1 << 24, open_timeout_s, 1.0, backoff_s, 0.2, attempts, PROTOCOL_WHITELIST)
     reader = FrameReader(config, NewestFrame(lambda: None), SessionState())
     reader.start()
     return reader
@@ -159,9 +168,7 @@ def test_a_live_rtsp_camera_gives_moving_frames_of_its_size(
     start_camera: Callable[..., RtspCamera], mount: str, codec: str
 ) -> None:
     camera = start_camera()
-    if f"/{mount}" not in camera.mounts:
-        pytest.skip("x264enc is not installed (gstreamer1.0-plugins-ugly): no H.264 mount")
-    reader = reader_for(camera.url(mount))
+    reader = reader_for(url_of(camera, mount))
     try:
         first = take(reader)
         assert reader.state.value == "running" and reader.state.last_error is None
@@ -178,11 +185,26 @@ def test_a_live_rtsp_camera_gives_moving_frames_of_its_size(
         assert reader.stop(2.0)
 
 
+@pytest.mark.parametrize("mount", ["jpeg", "h264"])
+def test_a_slow_camera_opens_after_a_short_probe(start_camera: Callable[..., RtspCamera], mount: str) -> None:
+    # FFmpeg's default probe of a live source reads until it has ~20 frames or 5 s of them (5.5 s to the
+    # first frame at 2 fps, measured). The reader's probe of 1 s (stream_rtsp_probe_s) gives it sooner.
+    camera = start_camera(fps=2)
+    started = time.monotonic()
+    reader = reader_for(url_of(camera, mount), attempts=1, open_timeout_s=7.0)
+    try:
+        assert take(reader, timeout=5).to_rgb(1 << 24).shape == (HEIGHT, WIDTH, 3)
+        assert time.monotonic() - started < 4.0
+    finally:
+        assert reader.stop(2.0)
+
+
+@pytest.mark.parametrize("mount", ["jpeg", "h264"])  # frames kept as packets / decoded by the reader
 def test_a_killed_camera_is_reconnecting_then_an_error_and_the_reader_thread_ends(
-    start_camera: Callable[..., RtspCamera],
+    start_camera: Callable[..., RtspCamera], mount: str
 ) -> None:
     camera = start_camera()
-    reader = reader_for(camera.url("jpeg"), backoff_s=0.5)
+    reader = reader_for(url_of(camera, mount), backoff_s=0.5)
     take(reader)
     camera.kill()
     killed = time.monotonic()
