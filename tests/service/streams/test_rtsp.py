@@ -8,6 +8,7 @@ Skipped, with the reason, where the GStreamer RTSP server is not installed (scri
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -33,8 +34,8 @@ from service.streams.state import SessionState
 SYSTEM_PYTHON = "/usr/bin/python3"
 SERVER = Path(__file__).with_name("rtsp_server.py")
 WIDTH, HEIGHT = 160, 120
-# FFmpeg reads about 20 frames (30 for H.264) of a live RTSP source before its open returns (it measures
-# the frame rate): ~1.4 s (~2 s) at 15 fps. The open timeout leaves room for that on a busy machine.
+# Opening the live camera takes about 1.1 s (the reader's 1 s probe, stream_rtsp_probe_s); the open
+# timeout leaves room for a busy machine.
 OPEN_TIMEOUT_S = 8.0
 PROBE = (
     "import gi; gi.require_version('Gst', '1.0'); gi.require_version('GstRtspServer', '1.0'); "
@@ -146,6 +147,21 @@ def url_of(camera: RtspCamera, mount: str) -> str:
     return camera.url(mount)
 
 
+def udp_sockets() -> int:
+    """UDP sockets this process holds (Linux: its socket fds found in /proc/net/udp and udp6)."""
+    udp: set[str] = set()
+    for table in (Path("/proc/net/udp"), Path("/proc/net/udp6")):
+        if table.exists():
+            udp |= {line.split()[9] for line in table.read_text().splitlines()[1:]}
+    ours = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # closed meanwhile
+            link = os.readlink(f"/proc/self/fd/{fd}")
+            if link.startswith("socket:["):
+                ours.add(link[len("socket:[") : -1])
+    return len(udp & ours)
+
+
 def reader_for(
     url: str, *, attempts: int = 2, backoff_s: float = 0.05, open_timeout_s: float = OPEN_TIMEOUT_S
 ) -> FrameReader:
@@ -168,10 +184,12 @@ def test_a_live_rtsp_camera_gives_moving_frames_of_its_size(
     start_camera: Callable[..., RtspCamera], mount: str, codec: str
 ) -> None:
     camera = start_camera()
+    udp_before = udp_sockets()
     reader = reader_for(url_of(camera, mount))
     try:
         first = take(reader)
         assert reader.state.value == "running" and reader.state.last_error is None
+        assert udp_sockets() == udp_before  # RTP comes interleaved on the RTSP connection (TCP): no UDP ports
         assert first.codec == codec
         # RTP/JPEG frames stand alone: kept as bytes, decoded by the taker; H.264 is decoded by the reader.
         assert isinstance(first.source, bytes) == (codec == "mjpeg")
