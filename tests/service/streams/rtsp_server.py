@@ -91,8 +91,13 @@ def main() -> int:
         return True
 
     GLib.io_add_watch(sys.stdin.fileno(), GLib.PRIORITY_DEFAULT, GLib.IO_IN | GLib.IO_HUP, on_stdin)
+
+    def on_signal() -> bool:
+        loop.quit()
+        return False  # the handler is removed
+
     for signum in (signal.SIGTERM, signal.SIGINT):
-        GLib.unix_signal_add(GLib.PRIORITY_HIGH, signum, lambda: loop.quit() or False)
+        GLib.unix_signal_add(GLib.PRIORITY_HIGH, signum, on_signal)
     print("READY", server.get_bound_port(), *lines, flush=True)
     loop.run()
     return 0
