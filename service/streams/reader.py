@@ -24,6 +24,7 @@ import logging
 import math
 import threading
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 import av
 import numpy as np
 
+from service.streams.sources import redact, redact_in
 from service.streams.state import SessionState
 
 logger = logging.getLogger(__name__)
@@ -205,6 +207,7 @@ class FrameReader:
         return not self._thread.is_alive()
 
     def _run(self) -> None:
+        url = self.config.url
         backoff = self.config.reconnect_initial_s
         failures = 0
         while not self._stop.is_set():
@@ -220,10 +223,12 @@ class FrameReader:
             except (av.FFmpegError, OSError, ValueError) as exc:  # av raises OSError subclasses too
                 reason = f"{type(exc).__name__}: {exc}"
             except Exception as exc:
-                logger.exception("stream reader for %s failed", self.config.url)
+                trace = "".join(traceback.format_exception(exc))
+                logger.error("stream reader for %s failed: %s", redact(url), redact_in(trace, url))
                 reason = f"{type(exc).__name__}: {exc}"
             if self._stop.is_set():
                 return
+            reason = redact_in(reason, url)  # FFmpeg's errors name the URL, password included
             if got_frames:
                 failures, backoff = 0, self.config.reconnect_initial_s
             failures += 1

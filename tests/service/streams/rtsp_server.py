@@ -14,6 +14,9 @@ two mounts:
     rtsp://127.0.0.1:PORT/h264   RTP/H.264 (x264, a key frame every second; only where x264enc is
                                  installed, from gstreamer1.0-plugins-ugly)
 
+With ``--user`` and ``--password`` it asks clients for them (HTTP basic authentication, RFC 2326):
+``rtsp://USER:PASSWORD@127.0.0.1:PORT/jpeg``.
+
 It listens on 127.0.0.1 only, on ``--port`` (0, the default: a free port the system picks), and prints
 ``READY <port> <mount> ...`` on stdout once clients can connect. It exits when its stdin is closed (its
 parent ended or closed the pipe) or on SIGTERM/SIGINT.
@@ -35,6 +38,8 @@ gi.require_version("GstRtspServer", "1.0")
 from gi.repository import GLib, Gst, GstRtspServer  # noqa: E402
 
 ADDRESS = "127.0.0.1"
+# What an authenticated client may do with a mount (only with --user/--password).
+ROLE = "camera, media.factory.access=(boolean)true, media.factory.construct=(boolean)true"
 
 
 def _source(width: int, height: int, fps: int, pattern: str) -> str:
@@ -57,6 +62,15 @@ def launch_lines(width: int, height: int, fps: int, pattern: str) -> dict[str, s
     return lines
 
 
+def basic_auth(user: str, password: str) -> GstRtspServer.RTSPAuth:
+    """Clients that give ``user`` and ``password`` get the role `ROLE` grants; others get 401."""
+    auth = GstRtspServer.RTSPAuth()
+    token = GstRtspServer.RTSPToken()
+    token.set_string(GstRtspServer.RTSP_TOKEN_MEDIA_FACTORY_ROLE, ROLE.split(",")[0])
+    auth.add_basic(GstRtspServer.RTSPAuth.make_basic(user, password), token)
+    return auth
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--width", type=int, default=160)
@@ -64,7 +78,11 @@ def main() -> int:
     parser.add_argument("--fps", type=int, default=15)
     parser.add_argument("--pattern", default="ball")
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--user")
+    parser.add_argument("--password")
     args = parser.parse_args()
+    if (args.user is None) != (args.password is None):
+        parser.error("--user and --password go together")
 
     Gst.init(None)
     server = GstRtspServer.RTSPServer()
@@ -76,7 +94,11 @@ def main() -> int:
         factory = GstRtspServer.RTSPMediaFactory()
         factory.set_launch(line)
         factory.set_shared(True)  # clients of one mount share one encoder
+        if args.user is not None:
+            factory.add_role_from_structure(Gst.Structure.new_from_string(ROLE))
         mounts.add_factory(path, factory)
+    if args.user is not None:
+        server.set_auth(basic_auth(args.user, args.password))
     if server.attach(None) == 0:
         print("rtsp_server: could not listen", file=sys.stderr)
         return 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import logging
 import os
 import select
 import signal
@@ -62,10 +63,15 @@ def missing_server() -> str | None:
 class RtspCamera:
     """``rtsp_server.py`` in a subprocess (a context manager): `url` of a mount; `kill`, `freeze`."""
 
-    def __init__(self, log: Path, *, port: int = 0, pattern: str = "ball", fps: int = 15) -> None:
+    def __init__(
+        self, log: Path, *, port: int = 0, pattern: str = "ball", fps: int = 15, login: str | None = None
+    ) -> None:
         self.log = log  # the server's stderr (GStreamer warnings) goes to a file, never a pipe left full
         command = [SYSTEM_PYTHON, str(SERVER), "--port", str(port), "--pattern", pattern, "--fps", str(fps)]
         command += ["--width", str(WIDTH), "--height", str(HEIGHT)]
+        if login is not None:  # "user:password"
+            user, password = login.split(":", 1)
+            command += ["--user", user, "--password", password]
         stderr = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             self.process = subprocess.Popen(
@@ -89,8 +95,8 @@ class RtspCamera:
         _, port, *mounts = line.split()
         return int(port), mounts
 
-    def url(self, mount: str) -> str:
-        return f"rtsp://127.0.0.1:{self.port}/{mount}"
+    def url(self, mount: str, login: str | None = None) -> str:
+        return f"rtsp://{login + '@' if login else ''}127.0.0.1:{self.port}/{mount}"
 
     def kill(self) -> None:
         self.process.kill()
@@ -124,15 +130,16 @@ class RtspCamera:
 
 @pytest.fixture
 def start_camera(tmp_path: Path) -> Iterator[Callable[..., RtspCamera]]:
-    """``start_camera(port=..., pattern=...)``: a camera of this test's own, closed at its end."""
+    """``start_camera(port=, pattern=, fps=, login="user:password")``: a camera of the test's own, closed
+    at its end."""
     reason = missing_server()
     if reason is not None:
         pytest.skip(f"{reason}; scripts/install-system-deps.sh installs it")
     cameras: list[RtspCamera] = []
 
-    def start(*, port: int = 0, pattern: str = "ball", fps: int = 15) -> RtspCamera:
+    def start(*, port: int = 0, pattern: str = "ball", fps: int = 15, login: str | None = None) -> RtspCamera:
         log = tmp_path / f"rtsp-server-{len(cameras)}.log"
-        cameras.append(RtspCamera(log, port=port, pattern=pattern, fps=fps))
+        cameras.append(RtspCamera(log, port=port, pattern=pattern, fps=fps, login=login))
         return cameras[-1]
 
     yield start
@@ -325,3 +332,34 @@ def test_a_session_on_an_rtsp_camera_sends_tracked_detections_and_shows_the_came
     assert {d["label"] for d in last["detections"]} == {"cat", "dog", "bird"}
     ids = [sorted(d["track_id"] for d in f["detections"]) for f in frames[-3:]]
     assert None not in ids[0] and ids[0] == ids[1] == ids[2]  # the same boxes keep their track ids
+
+
+def test_a_camera_password_opens_the_camera_and_is_never_reported(
+    start_camera: Callable[..., RtspCamera],
+    make_client: Callable[..., TestClient],
+    toy_repo: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    camera = start_camera(login="admin:hunter2")
+    good, bad = camera.url("jpeg", "admin:hunter2"), camera.url("jpeg", "admin:wrong-Pa55")
+    client = make_client(
+        toy_repo,
+        stream_sources=f"{good.rsplit('/', 1)[0]}/,{bad.rsplit('/', 1)[0]}/",
+        stream_open_timeout_s=OPEN_TIMEOUT_S,
+        stream_read_timeout_s=1.0,
+        stream_reconnect_initial_s=0.05,
+        stream_reconnect_attempts=2,
+    )
+    caplog.set_level(logging.DEBUG)
+    running = client.post("/v1/streams", json={"url": good}).json()["id"]
+    refused = client.post("/v1/streams", json={"url": bad}).json()["id"]
+    wait_until(lambda: processed(client, running) >= 1, timeout=15, what="a processed frame")
+    wait_until(lambda: info(client, refused)["state"] == "error", timeout=10, what="the refused login")
+    assert "401 Unauthorized" in str(info(client, refused)["last_error"])
+    camera.kill()
+    wait_until(lambda: info(client, running)["state"] == "error", timeout=10, what="the camera gone")
+    assert "Connection refused" in str(info(client, running)["last_error"])
+
+    shown = client.get("/v1/streams").text + "".join(r.getMessage() for r in caplog.records)
+    assert f"rtsp://admin:***@127.0.0.1:{camera.port}/jpeg" in shown
+    assert "hunter2" not in shown and "wrong-Pa55" not in shown
