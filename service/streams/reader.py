@@ -91,7 +91,7 @@ class ReaderConfig:
     reconnect_max_s: float
     reconnect_attempts: int  # 0: never give up
     protocol_whitelist: str  # what FFmpeg may open, also from inside the source (HLS segments)
-    rtsp_probe_s: float = 1.0  # how much of an RTSP source FFmpeg reads to learn its streams when opening
+    rtsp_probe_s: float  # how much of an RTSP source FFmpeg reads to learn its streams when opening it
 
 
 class RateMeter:

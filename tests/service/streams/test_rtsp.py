@@ -172,7 +172,9 @@ def udp_sockets() -> int:
 def reader_for(
     url: str, *, attempts: int = 2, backoff_s: float = 0.05, open_timeout_s: float = OPEN_TIMEOUT_S
 ) -> FrameReader:
-    config = ReaderConfig(url, 15, 1 << 24, open_timeout_s, 1.0, backoff_s, 0.2, attempts, PROTOCOL_WHITELIST)
+    config = ReaderConfig(
+        url, 15, 1 << 24, open_timeout_s, 1.0, backoff_s, 0.2, attempts, PROTOCOL_WHITELIST, rtsp_probe_s=1.0
+    )
     reader = FrameReader(config, NewestFrame(lambda: None), SessionState())
     reader.start()
     return reader
