@@ -221,7 +221,7 @@ def test_a_slow_camera_opens_after_a_short_probe(start_camera: Callable[..., Rts
     reader = reader_for(url_of(camera, mount), attempts=1, open_timeout_s=7.0)
     try:
         assert take(reader, timeout=5).to_rgb(1 << 24).shape == (HEIGHT, WIDTH, 3)
-        assert time.monotonic() - started < 4.0
+        assert time.monotonic() - started < 4.5  # FFmpeg's default: 5.5 s or more, whatever the load
     finally:
         assert reader.stop(2.0)
 
@@ -269,7 +269,7 @@ def test_a_frozen_camera_times_out_within_the_read_timeout(start_camera: Callabl
     camera.freeze()
     frozen = time.monotonic()
     wait_until(lambda: reader.state.value == "error", timeout=5, what="state error")
-    assert time.monotonic() - frozen < 3  # the 1 s read timeout, not a hang
+    assert time.monotonic() - frozen < 4  # the 1 s read timeout, not a hang
     assert "timed out" in (reader.state.last_error or "")
     assert reader.stop(0.5)
 
