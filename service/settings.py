@@ -238,6 +238,9 @@ class Settings(BaseSettings):
     # answers, or stops sending): the session then reconnects.
     stream_open_timeout_s: float = Field(default=10.0, gt=0)
     stream_read_timeout_s: float = Field(default=5.0, gt=0)
+    # How much of an RTSP camera's stream FFmpeg reads to learn its codec and size when it is opened (its
+    # default reads ~20 frames, up to 5 s of them, before the first frame: at each reconnect too).
+    stream_rtsp_probe_s: float = Field(default=1.0, gt=0)
     # Reconnect backoff: the first wait, doubled after each failure up to the maximum. After this many
     # failures in a row without a frame the session is in state error and stops trying (0: never).
     stream_reconnect_initial_s: float = Field(default=0.5, gt=0)

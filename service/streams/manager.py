@@ -122,6 +122,7 @@ class StreamManager:
             reconnect_max_s=settings.stream_reconnect_max_s,
             reconnect_attempts=settings.stream_reconnect_attempts,
             protocol_whitelist=PROTOCOL_WHITELIST,
+            rtsp_probe_s=settings.stream_rtsp_probe_s,
         )
         limits = SessionLimits(
             max_lag_s=settings.stream_max_lag_ms / 1000,

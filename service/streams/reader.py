@@ -24,6 +24,7 @@ import logging
 import math
 import threading
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ import numpy as np
 from service.errors import PayloadTooLarge, ServiceError
 from service.imaging.decoding import decode_planned, plan_decode
 from service.imaging.headers import ImageHeaderError, read_header
+from service.streams.sources import redact, redact_in
 from service.streams.state import SessionState
 
 logger = logging.getLogger(__name__)
@@ -109,6 +111,7 @@ class ReaderConfig:
     reconnect_max_s: float
     reconnect_attempts: int  # 0: never give up
     protocol_whitelist: str  # what FFmpeg may open, also from inside the source (HLS segments)
+    rtsp_probe_s: float  # how much of an RTSP source FFmpeg reads to learn its streams when opening it
 
 
 class RateMeter:
@@ -209,6 +212,10 @@ def _open_options(config: ReaderConfig) -> dict[str, str]:
     if config.url.startswith(("rtsp://", "rtsps://")):
         # RTSP over TCP: no lost UDP packets (smeared frames) on a busy network.
         options["rtsp_transport"] = "tcp"
+        # FFmpeg's default probe reads a live source until it has ~20 frames (to measure the frame rate,
+        # which the reader does not use) or 5 s of it: 1.4 s of a 15 fps camera, 5 s of a 2 fps one,
+        # spent again at every reconnect. The SDP and the first frames tell the codec and size sooner.
+        options["analyzeduration"] = str(round(config.rtsp_probe_s * 1_000_000))
     return options
 
 
@@ -240,6 +247,7 @@ class FrameReader:
         return not self._thread.is_alive()
 
     def _run(self) -> None:
+        url = self.config.url
         backoff = self.config.reconnect_initial_s
         failures = 0
         while not self._stop.is_set():
@@ -255,10 +263,12 @@ class FrameReader:
             except (av.FFmpegError, OSError, ValueError) as exc:  # av raises OSError subclasses too
                 reason = f"{type(exc).__name__}: {exc}"
             except Exception as exc:
-                logger.exception("stream reader for %s failed", self.config.url)
+                trace = "".join(traceback.format_exception(exc))
+                logger.error("stream reader for %s failed: %s", redact(url), redact_in(trace, url))
                 reason = f"{type(exc).__name__}: {exc}"
             if self._stop.is_set():
                 return
+            reason = redact_in(reason, url)  # FFmpeg's errors name the URL, password included
             if got_frames:
                 failures, backoff = 0, self.config.reconnect_initial_s
             failures += 1

@@ -8,7 +8,7 @@ is never reported (`redact`).
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from service.errors import BadRequest, Forbidden
 
@@ -50,3 +50,15 @@ def redact(url: str) -> str:
         return url
     netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
     return urlunsplit(parts._replace(netloc=netloc))
+
+
+def redact_in(text: str, url: str) -> str:
+    """``text`` (an error or log about ``url``) with the URL's password shown as ``***`` wherever it
+    appears (FFmpeg's errors name the URL they failed on)."""
+    password = urlsplit(url).password
+    if not password:
+        return text
+    text = text.replace(url, redact(url))
+    for secret in {password, unquote(password)}:  # as written, and decoded
+        text = text.replace(secret, "***")
+    return text

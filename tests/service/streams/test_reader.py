@@ -40,7 +40,7 @@ def reader_for(
     attempts: int = 3,
     whitelist: str = PROTOCOL_WHITELIST,
 ) -> FrameReader:
-    config = ReaderConfig(url, fps, max_pixels, 1.0, 1.0, 0.05, 0.2, attempts, whitelist)
+    config = ReaderConfig(url, fps, max_pixels, 1.0, 1.0, 0.05, 0.2, attempts, whitelist, 1.0)
     reader = FrameReader(config, NewestFrame(lambda: None), SessionState())
     reader.start()
     return reader

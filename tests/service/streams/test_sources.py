@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from service.errors import BadRequest, Forbidden
-from service.streams.sources import check_source, redact
+from service.streams.sources import check_source, redact, redact_in
 
 ALLOWED = ("rtsp://cameras.local/", "http://127.0.0.1:9000/")
 
@@ -43,3 +43,14 @@ def test_with_no_prefix_configured_sessions_are_off() -> None:
 def test_a_password_is_never_reported() -> None:
     assert redact("rtsp://admin:hunter2@cam.local:554/live") == "rtsp://admin:***@cam.local:554/live"
     assert redact("http://127.0.0.1:9000/a") == "http://127.0.0.1:9000/a"
+
+
+def test_a_password_is_taken_out_of_an_error_about_its_url() -> None:
+    url = "rtsp://admin:p%40ss@cam.local:554/live"
+    error = f"Server returned 401 Unauthorized (authorization failed): '{url}'"
+    assert redact_in(error, url) == (
+        "Server returned 401 Unauthorized (authorization failed): 'rtsp://admin:***@cam.local:554/live'"
+    )
+    # Written elsewhere, as in the URL or decoded: hidden too.
+    assert redact_in("login p%40ss refused, p@ss wrong", url) == "login *** refused, *** wrong"
+    assert redact_in(f"no answer: '{url}'", "rtsp://cam.local/live") == f"no answer: '{url}'"  # no password
