@@ -74,6 +74,7 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     inline = InlineWork(
         settings.inline_max_ms / 1000, settings.inline_max_pixels, in_flight=lambda: lifecycle.in_flight
     )
+    lifecycle.on_start = inline.arrived
     runtime = ModelRuntime(entries, settings, service_metrics, backend_factory or create_backend, inline)
     control = ModelControl(runtime, settings)
     capture = SampleCapture(settings, service_metrics.registry)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from service.errors import ServiceUnavailable
@@ -34,6 +34,8 @@ class Lifecycle:
         self.draining = False
         # Set once the drain is over: body readers still waiting give up (see `service.http.uploads`).
         self.closing = asyncio.Event()
+        # Told of every request that starts, with the count in flight (`service.runtime.inline`).
+        self.on_start: Callable[[int], None] | None = None
 
     @property
     def in_flight(self) -> int:
@@ -43,6 +45,8 @@ class Lifecycle:
         self._in_flight += 1
         self._idle.clear()
         self._metrics.in_flight.set(self._in_flight)
+        if self.on_start is not None:
+            self.on_start(self._in_flight)
 
     def request_finished(self) -> None:
         self._in_flight -= 1

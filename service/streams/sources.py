@@ -4,6 +4,12 @@ Only rtsp, rtsps, http and https URLs that start with a prefix of ``stream_sourc
 are opened; FFmpeg is told the same protocols (``protocol_whitelist``), so a source cannot make it open a
 file, a pipe or a concatenation from inside (an HLS playlist naming file:// segments). A password in a URL
 is never reported (`redact`).
+
+Prefixes are compared with the URL's address, its user and password taken out (`address`): a camera's
+credentials do not change where it is, so ``rtsp://cam.local/`` allows ``rtsp://admin:pw@cam.local/door``,
+while ``rtsp://cam.local@evil.example/`` (user "cam.local" at evil.example) is refused. A prefix matches
+only up to a boundary: what follows it in the URL starts with ``/``, ``:``, ``?`` or ``#`` (or the prefix
+ends with ``/``), so ``rtsp://cam.local`` does not allow ``rtsp://cam.local.evil.example/``.
 """
 
 from __future__ import annotations
@@ -36,11 +42,25 @@ def check_source(url: str, prefixes: tuple[str, ...]) -> None:
         )
     if not prefixes:
         raise StreamsOff()
-    if not url.startswith(prefixes):
+    if not any(_under(address(url), address(prefix)) for prefix in prefixes):
         raise Forbidden(
             f"url {redact(url)!r} does not start with an allowed source prefix (DETECT_STREAM_SOURCES)",
             field="url",
         )
+
+
+def address(url: str) -> str:
+    """``url`` without its user and password (``rtsp://admin:pw@cam:554/x`` -> ``rtsp://cam:554/x``)."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+
+def _under(url: str, prefix: str) -> bool:
+    if not url.startswith(prefix):
+        return False
+    return prefix.endswith("/") or len(url) == len(prefix) or url[len(prefix)] in "/:?#"
 
 
 def redact(url: str) -> str:

@@ -154,7 +154,9 @@ def test_another_request_in_flight_or_a_stream_frame_keeps_work_off_the_loop() -
     in_flight = [1]
 
     async def scenario() -> tuple[list[int], int]:
-        inline = InlineWork(max_s=0.05, max_pixels=1000, in_flight=lambda: in_flight[0])
+        inline = InlineWork(max_s=0.05, max_pixels=1000, in_flight=lambda: in_flight[0], history=4)
+        for _ in range(4):
+            inline.arrived(1)  # four lone requests lately
         run = Recorder()
         batcher = _batcher(run, inline)
         batcher.start()
@@ -172,3 +174,15 @@ def test_another_request_in_flight_or_a_stream_frame_keeps_work_off_the_loop() -
     threads, loop_thread = asyncio.run(scenario())
     assert threads[1] == loop_thread
     assert threads[2] != loop_thread and threads[3] != loop_thread
+
+
+def test_one_overlapping_arrival_keeps_work_off_the_loop_for_the_next_requests() -> None:
+    inline = InlineWork(max_s=0.05, max_pixels=1000, in_flight=lambda: 1, history=3)
+    assert not inline.image_work(10)  # no history yet
+    for _ in range(3):
+        inline.arrived(1)
+    assert inline.image_work(10)
+    inline.arrived(2)  # a request arrived while another was in flight
+    for expected in (False, False, False, True):  # off for the next 3
+        assert inline.image_work(10) is expected
+        inline.arrived(1)

@@ -11,7 +11,13 @@ ALLOWED = ("rtsp://cameras.local/", "http://127.0.0.1:9000/")
 
 
 @pytest.mark.parametrize(
-    "url", ["rtsp://cameras.local/door", "http://127.0.0.1:9000/mjpeg/a", "rtsp://cameras.local/"]
+    "url",
+    [
+        "rtsp://cameras.local/door",
+        "http://127.0.0.1:9000/mjpeg/a",
+        "rtsp://cameras.local/",
+        "rtsp://admin:p%40ss@cameras.local/door",  # credentials do not change the address
+    ],
 )
 def test_a_url_under_an_allowed_prefix_is_accepted(url: str) -> None:
     check_source(url, ALLOWED)
@@ -33,6 +39,21 @@ def test_other_urls_are_refused_with_the_reason(url: str, error: type[Exception]
     with pytest.raises(error) as raised:
         check_source(url, ALLOWED)
     assert getattr(raised.value, "field", None) == "url"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "rtsp://cameras.local@evil.example/x",  # user "cameras.local" at evil.example
+        "rtsp://cameras.local.evil.example/x",
+        "rtsp://cameras.localhost/x",
+    ],
+)
+def test_a_prefix_without_its_slash_still_matches_only_its_own_host(url: str) -> None:
+    check_source("rtsp://cameras.local:8554/door", ("rtsp://cameras.local",))
+    check_source("rtsp://cameras.local/door", ("rtsp://user:pw@cameras.local",))
+    with pytest.raises(Forbidden):
+        check_source(url, ("rtsp://cameras.local",))
 
 
 def test_with_no_prefix_configured_sessions_are_off() -> None:
