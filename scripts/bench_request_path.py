@@ -14,7 +14,8 @@ line then also gives the server's CPU per request (user / system, from /proc). A
 line per variant.
 
 A variant whose env has ``BENCH_SERVER=bare`` is not ``detect-serve`` but `service.bench.bare_server`: one
-thread running each request inline, no batching (what the request path is measured against):
+thread running each request inline, no batching (what the request path is measured against);
+``BENCH_SERVER=bare-thread``: the same app handing each request's work to one dedicated thread:
 
     .venv/bin/python scripts/bench_request_path.py --model-repository REPO --images IMG.jpg --client wrk \
         --concurrency 1 --rounds 3 --window 8 \
