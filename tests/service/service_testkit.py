@@ -367,3 +367,20 @@ def png_bomb(width: int, height: int) -> bytes:
     ihdr = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
     idat = zlib.compress(b"\x00" * (width + 1), 9)
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
+
+
+# ---------------------------------------------------------------- stream sessions
+
+
+def stream_info(client: TestClient, stream_id: str) -> dict[str, object]:
+    """``GET /v1/streams/{id}``'s body (asserting 200)."""
+    response = client.get(f"/v1/streams/{stream_id}")
+    assert response.status_code == 200, response.text
+    body: dict[str, object] = response.json()
+    return body
+
+
+def frames_processed(client: TestClient, stream_id: str) -> int:
+    value = stream_info(client, stream_id)["frames_processed"]
+    assert isinstance(value, int)
+    return value

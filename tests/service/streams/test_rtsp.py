@@ -26,7 +26,7 @@ import cv2
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
-from service_testkit import wait_until
+from service_testkit import frames_processed, stream_info, wait_until
 
 from service.streams.reader import Frame, FrameReader, NewestFrame, ReaderConfig
 from service.streams.sources import PROTOCOL_WHITELIST
@@ -274,19 +274,6 @@ def test_a_frozen_camera_times_out_within_the_read_timeout(start_camera: Callabl
     assert reader.stop(0.5)
 
 
-def info(client: TestClient, stream_id: str) -> dict[str, object]:
-    response = client.get(f"/v1/streams/{stream_id}")
-    assert response.status_code == 200, response.text
-    body: dict[str, object] = response.json()
-    return body
-
-
-def processed(client: TestClient, stream_id: str) -> int:
-    value = info(client, stream_id)["frames_processed"]
-    assert isinstance(value, int)
-    return value
-
-
 def test_a_session_on_an_rtsp_camera_sends_tracked_detections_and_shows_the_camera_dying(
     start_camera: Callable[..., RtspCamera], make_client: Callable[..., TestClient], toy_repo: Path
 ) -> None:
@@ -308,9 +295,9 @@ def test_a_session_on_an_rtsp_camera_sends_tracked_detections_and_shows_the_came
     body: list[str] = []
     reading = threading.Thread(target=lambda: body.append(client.get(f"/v1/streams/{stream_id}/events").text))
     reading.start()
-    wait_until(lambda: info(client, stream_id)["subscribers"] == 1, what="the events client")
-    wait_until(lambda: processed(client, stream_id) >= 4, timeout=15, what="4 processed frames")
-    state = info(client, stream_id)
+    wait_until(lambda: stream_info(client, stream_id)["subscribers"] == 1, what="the events client")
+    wait_until(lambda: frames_processed(client, stream_id) >= 4, timeout=15, what="4 processed frames")
+    state = stream_info(client, stream_id)
     assert state["state"] == "running" and state["last_error"] is None
     assert (state["width"], state["height"]) == (WIDTH, HEIGHT)
     snapshot = client.get(f"/v1/streams/{stream_id}/snapshot.jpg")
@@ -320,8 +307,8 @@ def test_a_session_on_an_rtsp_camera_sends_tracked_detections_and_shows_the_came
     assert not bool((image > 250).all())  # boxes and captions are drawn on the white frame
 
     camera.kill()
-    wait_until(lambda: info(client, stream_id)["state"] == "error", timeout=10, what="state error")
-    state = info(client, stream_id)
+    wait_until(lambda: stream_info(client, stream_id)["state"] == "error", timeout=10, what="state error")
+    state = stream_info(client, stream_id)
     assert "Connection refused" in str(state["last_error"]) and state["reconnects"] == 1
     assert client.get("/health/ready").status_code == 200
     assert client.delete(f"/v1/streams/{stream_id}").status_code == 204
@@ -355,12 +342,12 @@ def test_a_camera_password_opens_the_camera_and_is_never_reported(
     caplog.set_level(logging.DEBUG)
     running = client.post("/v1/streams", json={"url": good}).json()["id"]
     refused = client.post("/v1/streams", json={"url": bad}).json()["id"]
-    wait_until(lambda: processed(client, running) >= 1, timeout=15, what="a processed frame")
-    wait_until(lambda: info(client, refused)["state"] == "error", timeout=10, what="the refused login")
-    assert "401 Unauthorized" in str(info(client, refused)["last_error"])
+    wait_until(lambda: frames_processed(client, running) >= 1, timeout=15, what="a processed frame")
+    wait_until(lambda: stream_info(client, refused)["state"] == "error", timeout=10, what="the refused login")
+    assert "401 Unauthorized" in str(stream_info(client, refused)["last_error"])
     camera.kill()
-    wait_until(lambda: info(client, running)["state"] == "error", timeout=10, what="the camera gone")
-    assert "Connection refused" in str(info(client, running)["last_error"])
+    wait_until(lambda: stream_info(client, running)["state"] == "error", timeout=10, what="the camera gone")
+    assert "Connection refused" in str(stream_info(client, running)["last_error"])
 
     shown = client.get("/v1/streams").text + "".join(r.getMessage() for r in caplog.records)
     assert f"rtsp://admin:***@127.0.0.1:{camera.port}/jpeg" in shown

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from detect_testkit import batcher_of, post_png
 from fastapi.testclient import TestClient
-from service_testkit import GatedFactory, make_settings, wait_until
+from service_testkit import GatedFactory, frames_processed, make_settings, stream_info, wait_until
 
 from service.app import create_app
 from service.bench.stream_sources import SourceServer
@@ -43,19 +43,6 @@ def settings_for(source: SourceServer, **overrides: object) -> dict[str, object]
     return values
 
 
-def info(client: TestClient, stream_id: str) -> dict[str, object]:
-    response = client.get(f"/v1/streams/{stream_id}")
-    assert response.status_code == 200, response.text
-    body: dict[str, object] = response.json()
-    return body
-
-
-def processed(client: TestClient, stream_id: str) -> int:
-    value = info(client, stream_id)["frames_processed"]
-    assert isinstance(value, int)
-    return value
-
-
 def test_streams_are_off_without_allowed_sources(client: TestClient) -> None:
     for response in (
         client.get("/v1/streams"),
@@ -73,8 +60,8 @@ def test_a_session_runs_sends_tracked_events_and_is_deleted(
     created = client.post("/v1/streams", json={"url": source.url("mjpeg/lifecycle"), "fps": 15})
     assert created.status_code == 201, created.text
     stream_id = created.json()["id"]
-    wait_until(lambda: processed(client, stream_id) >= 3, what="3 processed frames")
-    state = info(client, stream_id)
+    wait_until(lambda: frames_processed(client, stream_id) >= 3, what="3 processed frames")
+    state = stream_info(client, stream_id)
     assert state["state"] == "running" and state["model"] == "toy"
     assert (state["width"], state["height"]) == (64, 48)
     assert state["lag_ms_p99"] is not None and state["last_error"] is None
@@ -84,9 +71,9 @@ def test_a_session_runs_sends_tracked_events_and_is_deleted(
     body: list[str] = []
     reading = threading.Thread(target=lambda: body.append(client.get(f"/v1/streams/{stream_id}/events").text))
     reading.start()
-    wait_until(lambda: info(client, stream_id)["subscribers"] == 1, what="the events client")
-    seen = processed(client, stream_id)
-    wait_until(lambda: processed(client, stream_id) >= seen + 4, what="4 more frames")
+    wait_until(lambda: stream_info(client, stream_id)["subscribers"] == 1, what="the events client")
+    seen = frames_processed(client, stream_id)
+    wait_until(lambda: frames_processed(client, stream_id) >= seen + 4, what="4 more frames")
 
     snapshot = client.get(f"/v1/streams/{stream_id}/snapshot.jpg")
     assert snapshot.status_code == 200 and snapshot.headers["content-type"] == "image/jpeg"
@@ -124,8 +111,8 @@ def test_a_session_processes_at_its_fps_and_counts_the_rest_as_skipped(
 ) -> None:
     client = make_client(toy_repo, **settings_for(source))
     stream_id = client.post("/v1/streams", json={"url": source.url("mjpeg/fps"), "fps": 5}).json()["id"]
-    wait_until(lambda: info(client, stream_id)["frames_read"] >= 40, what="40 frames read (15 fps)")
-    state = info(client, stream_id)
+    wait_until(lambda: stream_info(client, stream_id)["frames_read"] >= 40, what="40 frames read (15 fps)")
+    state = stream_info(client, stream_id)
     assert 4.0 <= float(state["processed_fps"]) <= 6.0  # type: ignore[arg-type]
     assert 12.0 <= float(state["input_fps"]) <= 18.0  # type: ignore[arg-type]
     assert int(state["frames_skipped"]) >= int(state["frames_read"]) // 2  # type: ignore[call-overload]
@@ -185,8 +172,8 @@ def test_a_broken_source_is_a_visible_error_and_the_server_keeps_serving(
 ) -> None:
     client = make_client(toy_repo, **settings_for(source))
     stream_id = client.post("/v1/streams", json={"url": source.url(path)}).json()["id"]
-    wait_until(lambda: info(client, stream_id)["state"] == "error", timeout=10, what="state error")
-    state = info(client, stream_id)
+    wait_until(lambda: stream_info(client, stream_id)["state"] == "error", timeout=10, what="state error")
+    state = stream_info(client, stream_id)
     assert reason in str(state["last_error"]) and state["reconnects"] == 1
     snapshot = client.get(f"/v1/streams/{stream_id}/snapshot.jpg")
     assert snapshot.status_code == 503 and "no processed frame" in snapshot.json()["error"]
@@ -199,8 +186,8 @@ def test_a_camera_far_above_the_pixel_bound_ends_in_error(
 ) -> None:
     client = make_client(toy_repo, stream_max_pixels=600, **settings_for(source))  # 64x48 = 3072 > 4 x 600
     stream_id = client.post("/v1/streams", json={"url": source.url("mjpeg/large")}).json()["id"]
-    wait_until(lambda: info(client, stream_id)["state"] == "error", timeout=10, what="state error")
-    assert "above 4 x stream_max_pixels" in str(info(client, stream_id)["last_error"])
+    wait_until(lambda: stream_info(client, stream_id)["state"] == "error", timeout=10, what="state error")
+    assert "above 4 x stream_max_pixels" in str(stream_info(client, stream_id)["last_error"])
     assert client.delete(f"/v1/streams/{stream_id}").status_code == 204
 
 
@@ -217,8 +204,8 @@ def test_streams_of_the_settings_file_start_with_the_server(
     declared = tmp_path / "streams.json"
     declared.write_text(json.dumps([{"id": "door", "url": source.url("mjpeg/door"), "fps": 5}]))
     client = make_client(toy_repo, streams_file=declared, **settings_for(source))
-    wait_until(lambda: processed(client, "door") >= 1, what="the declared stream's first frame")
-    state = info(client, "door")
+    wait_until(lambda: frames_processed(client, "door") >= 1, what="the declared stream's first frame")
+    state = stream_info(client, "door")
     assert state["declared"] is True and state["fps"] == 5
 
 
