@@ -37,8 +37,8 @@ from service.runtime.admission import (
     RENDER_BYTES_PER_PIXEL,
     Resources,
 )
+from service.runtime.batch_queue import Priority
 from service.runtime.batch_worker import ItemTimes
-from service.runtime.batcher import Priority
 from service.runtime.model_runtime import LoadedModel
 from service.schemas import Box, DetectionResult
 

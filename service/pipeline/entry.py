@@ -56,7 +56,7 @@ from service.pipeline.tasks import Gone, cancel_when_gone
 from service.pipeline.timing import RequestStages
 from service.runtime import tracing
 from service.runtime.admission import Resources
-from service.runtime.batcher import Priority
+from service.runtime.batch_queue import Priority
 from service.runtime.model_runtime import LoadedModel
 from service.schemas import DetectionResult
 

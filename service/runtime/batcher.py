@@ -15,13 +15,10 @@ deadline has passed (504) are dropped, so they cost no compute. A failing batch 
 waiters (500) and only those; the batcher keeps serving. The background task is owned: if it dies, the
 failure is logged, waiters are failed and `alive` turns false (readiness reports it).
 
-Priority: every item is ``interactive`` (a `/detect` or Open Inference Protocol request) or ``stream``
-(a frame of a camera session, `service.streams`). A batch is filled with interactive items first, stream
-frames only with the room left; a batch that is full but not yet dispatched gives a stream frame's place
-back to an interactive item that arrives meanwhile. Under load stream frames are shed first: an
-interactive request that finds the queue full evicts queued stream frames (they fail with `QueueFull` and
-their sessions count them as dropped) instead of being refused, and its expected wait counts only the
-interactive items ahead of it. A stream frame is refused when the queue is full.
+Priority: every item is ``interactive`` (a `/detect` or Open Inference Protocol request) or ``stream`` (a
+frame of a camera session, `service.streams`). Interactive items go into a batch first and shed queued
+stream frames when the queue is full (`service.runtime.batch_queue`); their expected wait counts only the
+interactive items ahead of them. A stream frame is refused when the queue is full.
 
 With ``policy="latency"`` the close decision is `service.runtime.batch_close.close_reason` instead: it
 uses the fitted batch-time model, the arrival rate and each request's latency budget (``latency_budget_s``
@@ -42,12 +39,12 @@ import asyncio
 import logging
 import math
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Generic, Literal, TypeVar
+from typing import Generic, TypeVar
 
 from service.errors import DeadlineExceeded, QueueFull, ServiceError, ServiceUnavailable
 from service.runtime.batch_close import ArrivalRate, BatchState, close_reason, wait_s
+from service.runtime.batch_queue import BatchQueue, Priority
 from service.runtime.batch_worker import BatcherMetrics, BatchWorker, ItemTimes, NoMetrics, Pending
 from service.runtime.inline import InlineWork
 from service.runtime.wait_estimate import expected_finish_s, retry_after_s
@@ -61,9 +58,6 @@ Out = TypeVar("Out")
 CLOSE_REASONS = ("full", "delay", "deadline", "drain", "idle", "budget")
 # How a batch closes: "fixed" (full, max_queue_delay_s, deadline, idle worker) or "latency" (batch_close).
 BATCH_POLICIES = ("fixed", "latency")
-
-# Interactive requests go first and are never shed for stream frames (see the module docstring).
-Priority = Literal["interactive", "stream"]
 
 # A batch closes this long before its earliest deadline, so that request can still start in time.
 DEFAULT_DEADLINE_MARGIN_S = 0.002
@@ -113,9 +107,7 @@ class DynamicBatcher(Generic[In, Out]):
         self._metrics: BatcherMetrics = metrics or NoMetrics()
         self._inline = inline
 
-        self._queue: deque[Pending[In, Out]] = deque()  # interactive items
-        self._streams: deque[Pending[In, Out]] = deque()  # stream frames: taken after interactive items
-        self._forming: list[Pending[In, Out]] = []  # taken from the queue, not yet dispatched
+        self._waiting: BatchQueue[In, Out] = BatchQueue(name)
         self._dispatching: list[Pending[In, Out]] = []  # closed, being handed to the worker
         # Set on anything the collector may be waiting for: a new request, a finished batch, stop().
         self._changed = asyncio.Event()
@@ -153,13 +145,10 @@ class DynamicBatcher(Generic[In, Out]):
     @property
     def queue_depth(self) -> int:
         """Requests waiting to start inference (queued plus the batch being formed)."""
-        return len(self._queue) + len(self._streams) + len(self._forming)
+        return self._waiting.depth
 
     def _depth_ahead_of(self, priority: Priority) -> int:
-        """Items that run before a new one of ``priority``: interactive items skip the stream frames."""
-        if priority == "stream":
-            return self.queue_depth
-        return len(self._queue) + sum(1 for p in self._forming if not p.background)
+        return self._waiting.depth_ahead_of(priority)
 
     async def stop(self, timeout: float | None = None) -> None:
         """Stop accepting requests, run everything already queued, then stop the worker.
@@ -262,7 +251,7 @@ class DynamicBatcher(Generic[In, Out]):
             times=times,
             background=background,
         )
-        (self._streams if background else self._queue).append(pending)
+        self._waiting.append(pending)
         self._arrivals.arrived(now)
         self._metrics.queue_depth(self.queue_depth)
         self._changed.set()
@@ -282,12 +271,7 @@ class DynamicBatcher(Generic[In, Out]):
         """`QueueFull` (429 with Retry-After) when ``images`` more would exceed ``max_queue_size``; an
         interactive request first sheds queued stream frames (the newest ones) to make room."""
         if priority == "interactive":
-            while self._streams and self.queue_depth + images > self.max_queue_size:
-                shed = self._streams.pop()
-                if not shed.future.done():
-                    shed.future.set_exception(
-                        QueueFull(f"model {self.name!r}: stream frame shed for an interactive request")
-                    )
+            self._waiting.shed_streams(images, self.max_queue_size)
         if self.queue_depth + images > self.max_queue_size:
             raise QueueFull(
                 f"model {self.name!r} has {self.queue_depth} images waiting (max_queue_size "
@@ -329,7 +313,7 @@ class DynamicBatcher(Generic[In, Out]):
 
     async def _collect(self) -> tuple[list[Pending[In, Out]], str] | None:
         """Wait for the next batch to close; None when stopping with nothing left to run."""
-        batch = self._forming
+        batch = self._waiting.forming
         capped = False  # "budget": the batch stops growing and waits for the worker
         while True:
             self._changed.clear()
@@ -342,7 +326,7 @@ class DynamicBatcher(Generic[In, Out]):
                 continue
             reason = self._close_reason(batch, now) or ("budget" if capped else None)
             if reason is not None and self._worker.idle:
-                self._forming = []
+                self._waiting.forming = []
                 self._metrics.queue_depth(self.queue_depth)
                 return batch, reason
             if reason is not None:
@@ -357,22 +341,8 @@ class DynamicBatcher(Generic[In, Out]):
                 await self._wait_for_change(min(close_at, earliest) - now)
 
     def _take(self, batch: list[Pending[In, Out]], limit: int) -> None:
-        """Fill ``batch`` up to ``limit``: interactive items first, each taking a stream frame's place in a
-        batch that may not grow (full, or the latency policy's budget reached; the frame goes back to the
-        front of its queue), then stream frames in the room left."""
-        while self._queue:
-            if len(batch) >= limit or self._over_budget(batch):
-                frames = [i for i, p in enumerate(batch) if p.background]
-                if not frames:
-                    break
-                self._streams.appendleft(batch.pop(frames[-1]))
-            pending = self._queue.popleft()
-            if not pending.future.done():  # done here = cancelled or expired while queued
-                batch.append(pending)
-        while self._streams and len(batch) < limit and not self._over_budget(batch):
-            pending = self._streams.popleft()
-            if not pending.future.done():
-                batch.append(pending)
+        """Fill ``batch`` up to ``limit`` (`BatchQueue.take`; the latency policy's budget may stop it)."""
+        self._waiting.take(batch, limit, self._over_budget)
         self._metrics.queue_depth(self.queue_depth)
 
     def _close_reason(self, batch: list[Pending[In, Out]], now: float) -> str | None:
@@ -448,10 +418,7 @@ class DynamicBatcher(Generic[In, Out]):
             )
 
     def _fail_waiting(self, error: ServiceError) -> None:
-        for pending in [*self._dispatching, *self._forming, *self._queue, *self._streams]:
+        for pending in [*self._dispatching, *self._waiting.drain()]:
             if not pending.future.done():
                 pending.future.set_exception(type(error)(error.message, retry_after_s=error.retry_after_s))
         self._dispatching = []
-        self._forming = []
-        self._queue.clear()
-        self._streams.clear()

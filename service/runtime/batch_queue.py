@@ -1,0 +1,85 @@
+"""The requests a batcher holds before dispatch, by priority.
+
+`BatchQueue` keeps interactive items (`/detect`, Open Inference Protocol) and stream frames apart, and the
+batch being formed (taken from them, not yet dispatched). Interactive items go into a batch first, each
+taking a stream frame's place in a batch that may not grow; stream frames fill the room left and are shed
+first when an interactive request needs room. `service.runtime.batcher` decides when a batch closes; this
+module decides which requests are in it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Generic, Literal, TypeVar
+
+from service.errors import QueueFull
+from service.runtime.batch_worker import Pending
+
+In = TypeVar("In")
+Out = TypeVar("Out")
+
+# Interactive requests go first and are never shed for stream frames.
+Priority = Literal["interactive", "stream"]
+
+
+class BatchQueue(Generic[In, Out]):
+    """Waiting requests of one model (event-loop thread only)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.interactive: deque[Pending[In, Out]] = deque()
+        self.streams: deque[Pending[In, Out]] = deque()  # taken after interactive items
+        self.forming: list[Pending[In, Out]] = []  # taken from the queues, not yet dispatched
+
+    @property
+    def depth(self) -> int:
+        """Requests waiting to start inference (queued plus the batch being formed)."""
+        return len(self.interactive) + len(self.streams) + len(self.forming)
+
+    def depth_ahead_of(self, priority: Priority) -> int:
+        """Items that run before a new one of ``priority``: interactive items skip the stream frames."""
+        if priority == "stream":
+            return self.depth
+        return len(self.interactive) + sum(1 for p in self.forming if not p.background)
+
+    def append(self, pending: Pending[In, Out]) -> None:
+        (self.streams if pending.background else self.interactive).append(pending)
+
+    def shed_streams(self, room_for: int, max_size: int) -> None:
+        """Fail queued stream frames, the newest first (`QueueFull`: their sessions count them as dropped),
+        until ``room_for`` more items fit in ``max_size``."""
+        while self.streams and self.depth + room_for > max_size:
+            shed = self.streams.pop()
+            if not shed.future.done():
+                shed.future.set_exception(
+                    QueueFull(f"model {self.name!r}: stream frame shed for an interactive request")
+                )
+
+    def take(
+        self, batch: list[Pending[In, Out]], limit: int, over_budget: Callable[[list[Pending[In, Out]]], bool]
+    ) -> None:
+        """Fill ``batch`` up to ``limit``: interactive items first, each taking a stream frame's place in a
+        batch that may not grow (full, or ``over_budget``; the frame goes back to the front of its queue),
+        then stream frames in the room left. Requests already done (cancelled, expired) are dropped."""
+        while self.interactive:
+            if len(batch) >= limit or over_budget(batch):
+                frames = [i for i, p in enumerate(batch) if p.background]
+                if not frames:
+                    break
+                self.streams.appendleft(batch.pop(frames[-1]))
+            pending = self.interactive.popleft()
+            if not pending.future.done():
+                batch.append(pending)
+        while self.streams and len(batch) < limit and not over_budget(batch):
+            pending = self.streams.popleft()
+            if not pending.future.done():
+                batch.append(pending)
+
+    def drain(self) -> list[Pending[In, Out]]:
+        """Every request held, removed (the batch being formed first)."""
+        held = [*self.forming, *self.interactive, *self.streams]
+        self.forming = []
+        self.interactive.clear()
+        self.streams.clear()
+        return held

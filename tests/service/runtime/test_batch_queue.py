@@ -1,0 +1,64 @@
+"""`BatchQueue`: interactive items before stream frames, frames shed first, everything drained on failure."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+
+from service.errors import QueueFull
+from service.runtime.batch_queue import BatchQueue
+from service.runtime.batch_worker import Pending
+
+
+def _pending(loop: asyncio.AbstractEventLoop, item: str, stream: bool = False) -> Pending[str, str]:
+    return Pending(item, loop.create_future(), 0.0, math.inf, background=stream)
+
+
+def _never(batch: list[Pending[str, str]]) -> bool:
+    return False
+
+
+def test_interactive_items_take_stream_frames_places_and_frames_fill_the_rest() -> None:
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        queue: BatchQueue[str, str] = BatchQueue("m")
+        for name in ("f1", "f2", "f3"):
+            queue.append(_pending(loop, name, stream=True))
+        queue.append(_pending(loop, "a"))
+        assert queue.depth == 4 and queue.depth_ahead_of("interactive") == 1
+        batch: list[Pending[str, str]] = []
+        queue.take(batch, 3, _never)
+        assert [p.item for p in batch] == ["a", "f1", "f2"]
+        queue.append(_pending(loop, "b"))  # arrives while the full batch waits for the worker
+        queue.take(batch, 3, _never)
+        assert [p.item for p in batch] == ["a", "f1", "b"]  # f2 gave its place back
+        assert [p.item for p in queue.streams] == ["f2", "f3"]
+        cancelled = _pending(loop, "gone")
+        cancelled.future.cancel()
+        queue.append(cancelled)
+        queue.take(batch, 5, _never)
+        assert [p.item for p in batch] == ["a", "f1", "b", "f2", "f3"]  # the cancelled one is dropped
+
+    asyncio.run(scenario())
+
+
+def test_stream_frames_are_shed_newest_first_and_drain_empties_everything() -> None:
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        queue: BatchQueue[str, str] = BatchQueue("m")
+        frames = [_pending(loop, f"f{i}", stream=True) for i in range(3)]
+        for frame in frames:
+            queue.append(frame)
+        queue.append(_pending(loop, "a"))
+        queue.shed_streams(room_for=2, max_size=4)  # 4 held: two must go
+        assert [p.item for p in queue.streams] == ["f0"]
+        for shed in frames[1:]:
+            with pytest.raises(QueueFull, match="shed for an interactive request"):
+                shed.future.result()
+        queue.forming.append(_pending(loop, "forming"))
+        assert [p.item for p in queue.drain()] == ["forming", "a", "f0"]
+        assert queue.depth == 0
+
+    asyncio.run(scenario())
