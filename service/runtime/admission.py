@@ -7,8 +7,8 @@ when the process-wide budget stays full) instead of being accepted and failing l
 Image work (decode, resize, mask encoding, drawing) runs in worker threads, but not as one shared FIFO:
 each request runs its images one at a time, so concurrent requests interleave, and work on large
 images (`HEAVY_PIXELS` and up) takes at most all but one of the threads, so small requests always find
-a thread free while big ones decode or render. Small image work runs on the event loop itself while the
-service has nothing else running (`service.runtime.inline`).
+a thread free while big ones decode or render. With the opt-in inline path (`service.runtime.inline`),
+small image work runs on the event loop itself while the service has nothing else running.
 """
 
 from __future__ import annotations
