@@ -94,7 +94,7 @@ class Settings(BaseSettings):
     # Opt-in (0 = off): while requests come one at a time and nothing else runs in the service, a batch
     # whose fitted time is at most inline_max_ms and image work on at most inline_max_pixels decoded pixels
     # run on the event loop itself, saving a lone request its thread hand-offs; the loop is then blocked at
-    # most about that long. Measured: +0.0-0.08 of raw at concurrency 1, a longer p99 under Poisson load
+    # most about that long. Measured: -0.01 to +0.09 of raw at concurrency 1, a longer p99 under Poisson load
     # at half capacity (docs/cpu-inference.md, "Inline when idle").
     inline_max_ms: float = Field(default=0.0, ge=0)
     inline_max_pixels: int = Field(default=1_000_000, ge=0)
