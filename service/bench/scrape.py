@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.runtime.metrics import STAGES
-
 
 def histogram_totals(metrics_text: str, model: str | None) -> dict[str, tuple[float, float]]:
     """(sum, count) of ``detect_batch_size`` and of every ``detect_<stage>_seconds`` histogram, for
     ``model`` (None: all models)."""
+    # Imported here: the service's metrics module pulls in the runtime, which `detect-bench http --help`
+    # does not need (tests/test_console_scripts.py bounds its CPU).
+    from service.runtime.metrics import STAGES
+
     totals: dict[str, tuple[float, float]] = {}
     for family in text_string_to_metric_families(metrics_text):
         if family.name != "detect_batch_size" and not (

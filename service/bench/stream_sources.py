@@ -9,14 +9,13 @@ and broken sources.
 - ``/clip.mp4``: a short H.264 MP4 of the same frames (played to the end, then the client reconnects).
 - ``/hls/index.m3u8``: the same clip as an HLS playlist of MPEG-TS segments (``/hls/*.ts``); a test may
   add its own files to ``hls``.
-- ``/garbage``: random bytes; ``/silent``: accepts the request and never answers; ``/stall``: answers
-  the headers of an MJPEG stream, then nothing.
+- ``/garbage``: random-looking bytes (always the same); ``/silent``: accepts the request and never
+  answers; ``/stall``: answers the headers of an MJPEG stream, then nothing.
 """
 
 from __future__ import annotations
 
 import io
-import os
 import tempfile
 import threading
 import time
@@ -31,6 +30,9 @@ import simplejpeg
 
 SAMPLES = Path(__file__).resolve().parent.parent / "static" / "samples"
 BOUNDARY = "frame"
+# /garbage's body: random-looking bytes, the same every time (fresh random bytes now and then probe as some
+# format, and a test of the error would change with the draw).
+GARBAGE = np.random.default_rng(0).bytes(256 * 1024)
 
 
 def _read_rgb(path: Path) -> np.ndarray:
@@ -142,7 +144,7 @@ class _Handler(BaseHTTPRequestHandler):
                 kind = "application/vnd.apple.mpegurl" if self.path.endswith(".m3u8") else "video/mp2t"
                 self._send(200, kind, src.hls[self.path[5:]])
             elif self.path == "/garbage":
-                self._send(200, "application/octet-stream", os.urandom(256 * 1024))
+                self._send(200, "application/octet-stream", GARBAGE)
             elif self.path == "/silent":
                 src.stop_event.wait(60)
             elif self.path == "/stall":
