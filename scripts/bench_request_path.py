@@ -31,7 +31,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -42,6 +41,7 @@ import numpy as np
 
 from service.bench.backend_throughput import BackendThroughput, measure_backend_throughput
 from service.bench.http_load import HttpLoadResult, load_images, merge_rounds, run_http_load
+from service.bench.local_server import free_port
 from service.bench.wrk_load import run_wrk_load
 
 VARIANTS = {
@@ -51,12 +51,6 @@ VARIANTS = {
     },
     "idle dispatch (default)": {},
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start(repository: str, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
