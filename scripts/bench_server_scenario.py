@@ -30,7 +30,7 @@ from bench_request_path import start
 
 from service.bench.backend_throughput import measure_backend_throughput
 from service.bench.http_load import load_images, server_cpu
-from service.bench.open_loop import run_open_loop
+from service.bench.open_loop import OPEN_LOOP_CLIENTS, run_open_loop
 
 VARIANTS = {
     "fixed policy (default)": {},
@@ -60,6 +60,12 @@ def main() -> int:
     parser.add_argument("--raw-batch", type=int, default=8)
     parser.add_argument("--raw", choices=("pipeline", "backend"), default="pipeline", help="raw yardstick")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--client",
+        choices=OPEN_LOOP_CLIENTS,
+        default="lean",
+        help="open-loop HTTP client (a variant's env may set BENCH_CLIENT to override it)",
+    )
     parser.add_argument("--variants", type=json.loads, default=VARIANTS, help="JSON {name: {env}}")
     parser.add_argument("--jsonl", type=Path)
     parser.add_argument("--tag", help="names this run in --jsonl; runs already there under it are skipped")
@@ -84,8 +90,11 @@ def main() -> int:
                     if (name, rate, index) in previous:
                         continue
                     before = server_cpu(process.pid)
+                    client = args.variants[name].get("BENCH_CLIENT", args.client)
                     result = asyncio.run(
-                        run_open_loop(url, images, rate=rate, duration_s=args.window, seed=args.seed)
+                        run_open_loop(
+                            url, images, rate=rate, duration_s=args.window, seed=args.seed, client=client
+                        )
                     )
                     used = server_cpu(process.pid, before)
                     run = {
@@ -94,6 +103,7 @@ def main() -> int:
                         "env": args.variants[name],
                         "rate": rate,
                         "round": index,
+                        "client": client,
                         "server_cpu_ms_per_request": used.total_s * 1000 / max(result.sent, 1)
                         if used
                         else None,

@@ -172,6 +172,11 @@ class Settings(BaseSettings):
     # restarts skip compiling (empty: no cache).
     openvino_precision: Literal["manifest", "f32", "bf16"] = "manifest"
     openvino_cache_dir: Path | None = Field(default_factory=lambda: _default_openvino_cache())
+    # OpenVINO inference streams per model: 1 runs each batch on every core (a lone request's lowest
+    # latency); N > 1 splits the cores into N streams that run N batches side by side, one batch worker
+    # each (more throughput for small models on few cores, a longer single request). docs/cpu-inference.md,
+    # "Inference streams".
+    openvino_streams: int = Field(default=1, ge=1, le=64)
     # Threads for decode, resize, mask pasting and rendering (inference has its own thread per model).
     worker_threads: int = Field(default=2, gt=0)
 

@@ -16,15 +16,19 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+from urllib.parse import urlencode
 
 import numpy as np
 
+from service.bench.lean_http import LeanClient, ProtocolError
 from service.bench.scrape import batch_size_counts, histogram_totals, window_gain
 
 if TYPE_CHECKING:
     from service.bench.http_load import BenchImage
 
 DEFAULT_SEED = 0
+# The open loop's HTTP clients: "lean" (service.bench.lean_http) or httpx.
+OPEN_LOOP_CLIENTS = ("lean", "httpx")
 
 
 def poisson_schedule(rate: float, duration_s: float, seed: int = DEFAULT_SEED) -> np.ndarray:
@@ -86,34 +90,47 @@ async def run_open_loop(
     model: str | None = None,
     timeout_s: float = 10.0,
     max_connections: int = 256,
+    client: str = "lean",
 ) -> OpenLoopResult:
-    """Send POST /detect at Poisson times of ``rate`` for ``duration_s`` and wait for every answer."""
+    """Send POST /detect at Poisson times of ``rate`` for ``duration_s`` and wait for every answer.
+
+    ``client`` "lean" (`service.bench.lean_http`, a fraction of httpx's CPU per request) or "httpx"."""
     import httpx
 
+    if client not in OPEN_LOOP_CLIENTS:
+        raise ValueError(f"client must be one of {OPEN_LOOP_CLIENTS}, got {client!r}")
     offsets = poisson_schedule(rate, duration_s, seed)
-    params = {"model": model} if model else {}
+    target = "/detect" + (f"?{urlencode({'model': model})}" if model else "")
     latencies: list[float] = []
     lags: list[float] = []
     statuses: Counter[str] = Counter()
     errors: Counter[str] = Counter()
     limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-    async with httpx.AsyncClient(base_url=url, timeout=timeout_s, limits=limits) as client:
+    lean = LeanClient(url, max_connections=max_connections)
+    prepared = [lean.build_post(target, image.data, image.content_type) for image in images]
+    async with httpx.AsyncClient(base_url=url, timeout=timeout_s, limits=limits) as scraper:
+
+        async def post(index: int) -> int:
+            if client == "lean":
+                status, _ = await asyncio.wait_for(lean.send(prepared[index % len(prepared)]), timeout_s)
+                return status
+            image = images[index % len(images)]
+            headers = {"content-type": image.content_type}
+            response = await scraper.post(target, content=image.data, headers=headers)
+            return response.status_code
 
         async def send(index: int, scheduled: float) -> None:
-            image = images[index % len(images)]
             lags.append(time.monotonic() - scheduled)
             try:
-                response = await client.post(
-                    "/detect", params=params, content=image.data, headers={"content-type": image.content_type}
-                )
-            except httpx.HTTPError as exc:
+                status = await post(index)
+            except (httpx.HTTPError, OSError, ProtocolError, TimeoutError) as exc:
                 errors[type(exc).__name__] += 1
                 latencies.append(math.inf)
                 return
-            statuses[str(response.status_code)] += 1
-            latencies.append(time.monotonic() - scheduled if response.is_success else math.inf)
+            statuses[str(status)] += 1
+            latencies.append(time.monotonic() - scheduled if 200 <= status < 300 else math.inf)
 
-        before_text = (await client.get("/metrics")).text
+        before_text = (await scraper.get("/metrics")).text
         cpu_started = time.process_time()
         start = time.monotonic() + 0.05
         tasks: list[asyncio.Task[None]] = []
@@ -125,7 +142,8 @@ async def run_open_loop(
             tasks.append(asyncio.create_task(send(index, scheduled)))
         await asyncio.gather(*tasks)
         client_cpu_s = time.process_time() - cpu_started
-        after_text = (await client.get("/metrics")).text
+        lean.close()
+        after_text = (await scraper.get("/metrics")).text
 
     gained = window_gain(histogram_totals(before_text, model), histogram_totals(after_text, model))
     batched, batches = gained.get("detect_batch_size", (0.0, 0.0))

@@ -20,7 +20,13 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from service.bench.open_loop import DEFAULT_SEED, OpenLoopResult, run_open_loop, search_max_rate
+from service.bench.open_loop import (
+    DEFAULT_SEED,
+    OPEN_LOOP_CLIENTS,
+    OpenLoopResult,
+    run_open_loop,
+    search_max_rate,
+)
 
 if TYPE_CHECKING:
     from service.bench.http_load import BenchImage
@@ -47,6 +53,13 @@ def add_open_loop_arguments(parser: argparse.ArgumentParser) -> None:
         "--rate", type=float, default=10.0, help="poisson: requests per second (search: start)"
     )
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="poisson: the arrival schedule's seed")
+    parser.add_argument(
+        "--open-loop-client",
+        choices=OPEN_LOOP_CLIENTS,
+        default="lean",
+        help="poisson: lean (asyncio protocol, a fraction of httpx's CPU per request, so it steals less "
+        "from the server it measures and sends on time) or httpx",
+    )
     parser.add_argument(
         "--search-p99",
         type=parse_duration_ms,
@@ -83,7 +96,13 @@ def run_open_loop_command(
         before = server_cpu(server_pid)
         result = asyncio.run(
             run_open_loop(
-                args.url, images, rate=rate, duration_s=args.duration, seed=args.seed, model=args.model
+                args.url,
+                images,
+                rate=rate,
+                duration_s=args.duration,
+                seed=args.seed,
+                model=args.model,
+                client=args.open_loop_client,
             )
         )
         used = server_cpu(server_pid, before)
@@ -94,7 +113,16 @@ def run_open_loop_command(
         return result
 
     if args.warmup > 0:
-        asyncio.run(run_open_loop(args.url, images, rate=args.rate, duration_s=args.warmup, model=args.model))
+        asyncio.run(
+            run_open_loop(
+                args.url,
+                images,
+                rate=args.rate,
+                duration_s=args.warmup,
+                model=args.model,
+                client=args.open_loop_client,
+            )
+        )
     if args.search_p99 is None:
         runs = [measure(args.rate)]
         best = runs[0]

@@ -125,3 +125,22 @@ class ArrivalRate:
             return 0.0
         gap = max(self._gap, (now - self._last) * self._alpha + self._gap * (1 - self._alpha))
         return 1.0 / gap if gap > 0 else math.inf
+
+
+def pool_share(waiting: int, batch_seconds: Callable[[int], float], next_free_s: float) -> int:
+    """How many of ``waiting`` requests a free worker takes when another worker of the same model frees
+    up in ``next_free_s`` (0: it is free too): the split that minimises the summed completion time.
+
+    Taking ``k`` now and leaving the rest for the other worker, the requests finish at ``t(k)`` and
+    ``next_free_s + t(waiting - k)``; taking all, at ``t(waiting)``. Where a batch costs little more than
+    its images (a single-threaded stream), two half batches side by side beat one whole; where the other
+    worker is far from free, the whole batch goes now.
+    """
+    if waiting <= 1:
+        return waiting
+
+    def summed(k: int) -> float:
+        rest = waiting - k
+        return k * batch_seconds(k) + (rest * (next_free_s + batch_seconds(rest)) if rest else 0.0)
+
+    return min(range(1, waiting + 1), key=lambda k: (summed(k), -k))

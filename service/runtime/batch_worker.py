@@ -85,13 +85,18 @@ class BatchWorker(Generic[In, Out]):
         run_batch: Callable[[list[In]], Sequence[Out]],
         metrics: BatcherMetrics,
         on_idle: Callable[[], None],
+        *,
+        batch_times: BatchTimeModel | None = None,
+        thread: str = "",
     ) -> None:
         self.name = name
         self._run_batch = run_batch
         self._metrics = metrics
         self._on_idle = on_idle
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"infer-{name}")
-        self.batch_times = BatchTimeModel()
+        suffix = f"-{thread}" if thread else ""
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"infer-{name}{suffix}")
+        # Shared with the other workers of a `service.runtime.worker_pool.WorkerPool`.
+        self.batch_times = batch_times if batch_times is not None else BatchTimeModel()
         self.idle = True
         self.running_size = 0  # images in the batch being computed (0: none)
         self.running_since = 0.0

@@ -30,7 +30,8 @@ running in the service and is expected to be short runs on the event loop itself
 thread (two thread wake-ups fewer for a lone request).
 
 The batcher knows nothing about models: it batches opaque items through ``run_batch``, which its
-`service.runtime.batch_worker.BatchWorker` runs.
+`service.runtime.batch_worker.BatchWorker` runs (one, or a `service.runtime.worker_pool.WorkerPool` of
+them side by side when the runtime runs several inferences at once).
 """
 
 from __future__ import annotations
@@ -45,9 +46,10 @@ from typing import Generic, TypeVar
 from service.errors import DeadlineExceeded, QueueFull, ServiceError, ServiceUnavailable
 from service.runtime.batch_close import ArrivalRate, BatchState, close_reason, wait_s
 from service.runtime.batch_queue import BatchQueue, Priority
-from service.runtime.batch_worker import BatcherMetrics, BatchWorker, ItemTimes, NoMetrics, Pending
+from service.runtime.batch_worker import BatcherMetrics, ItemTimes, NoMetrics, Pending
 from service.runtime.inline import InlineWork
 from service.runtime.wait_estimate import expected_finish_s, retry_after_s
+from service.runtime.worker_pool import WorkerPool
 
 logger = logging.getLogger(__name__)
 
@@ -66,8 +68,9 @@ DEFAULT_DEADLINE_MARGIN_S = 0.002
 class DynamicBatcher(Generic[In, Out]):
     """Batches `submit` calls into ``run_batch(items) -> outputs`` calls (one output per item, in order).
 
-    ``run_batch`` runs in a single worker thread owned by the batcher. Call `start` inside a running
-    event loop (the app lifespan) and `stop` on shutdown.
+    ``run_batch`` runs in worker threads owned by the batcher: one, or ``workers`` side by side for a
+    runtime that runs that many inferences at once (`service.runtime.worker_pool`). Call `start` inside a
+    running event loop (the app lifespan) and `stop` on shutdown.
     """
 
     def __init__(
@@ -84,6 +87,7 @@ class DynamicBatcher(Generic[In, Out]):
         policy: str = "fixed",
         latency_budget_s: float = 0.1,
         inline: InlineWork | None = None,
+        workers: int = 1,
     ):
         if not isinstance(max_batch_size, int) or max_batch_size < 1:
             raise ValueError(f"max_batch_size must be an integer >= 1, got {max_batch_size!r}")
@@ -111,7 +115,9 @@ class DynamicBatcher(Generic[In, Out]):
         self._dispatching: list[Pending[In, Out]] = []  # closed, being handed to the worker
         # Set on anything the collector may be waiting for: a new request, a finished batch, stop().
         self._changed = asyncio.Event()
-        self._worker: BatchWorker[In, Out] = BatchWorker(name, run_batch, self._metrics, self._changed.set)
+        self._worker: WorkerPool[In, Out] = WorkerPool(
+            name, run_batch, self._metrics, self._changed.set, count=workers
+        )
         self.batch_times = self._worker.batch_times
         self._task: asyncio.Task[None] | None = None
         self._failure: BaseException | None = None
@@ -140,7 +146,7 @@ class DynamicBatcher(Generic[In, Out]):
     @property
     def busy(self) -> bool:
         """A batch running, or requests waiting."""
-        return not self._worker.idle or self.queue_depth > 0
+        return not self._worker.all_idle or self.queue_depth > 0
 
     @property
     def queue_depth(self) -> int:
@@ -160,9 +166,9 @@ class DynamicBatcher(Generic[In, Out]):
         try:
             if self._task is not None and not self._task.done():
                 await asyncio.wait_for(asyncio.shield(self._task), timeout)
-            running = self._worker.task
-            if running is not None and not running.done():
-                await asyncio.wait_for(asyncio.shield(running), timeout)
+            running = self._worker.running_tasks()
+            if running:
+                await asyncio.wait_for(asyncio.shield(asyncio.gather(*running)), timeout)
         except TimeoutError:
             logger.warning(
                 "batcher %r: drain timed out after %ss; failing waiting requests", self.name, timeout
@@ -183,13 +189,15 @@ class DynamicBatcher(Generic[In, Out]):
 
     def expected_finish_s(self, images: int, priority: Priority = "interactive") -> float:
         """Seconds until ``images`` queued now would be done, from the measured batch times (0: unknown)."""
+        running_size, running_since = self._worker.next_free()
         return expected_finish_s(
             self.batch_times,
             queued=self._depth_ahead_of(priority),
             images=images,
             max_batch_size=self.max_batch_size,
-            running_size=self._worker.running_size,
-            running_for_s=time.monotonic() - self._worker.running_since,
+            running_size=running_size,
+            running_for_s=time.monotonic() - running_since,
+            workers=len(self._worker.workers),
         )
 
     def admit(self, images: int, deadline: float | None, priority: Priority = "interactive") -> None:
@@ -202,7 +210,7 @@ class DynamicBatcher(Generic[In, Out]):
         """
         self._check_room(images, priority)
         ahead = self._depth_ahead_of(priority)
-        nothing_ahead = ahead == 0 and self._worker.running_size == 0
+        nothing_ahead = ahead == 0 and self._worker.idle
         if deadline is None or nothing_ahead or not self.batch_times.known:
             return
         finish = self.expected_finish_s(images, priority)
@@ -307,6 +315,8 @@ class DynamicBatcher(Generic[In, Out]):
         the batch's fitted time is within the inline bound (`service.runtime.inline`)."""
         if self._inline is None or self.queue_depth > 0 or not self.batch_times.known:
             return False
+        if not self._worker.all_idle:  # another worker of this model runs a batch
+            return False
         if any(p.background for p in batch):  # stream frames: see service.runtime.inline
             return False
         return self._inline.batch(self, self.batch_times.seconds(len(batch)))
@@ -326,7 +336,8 @@ class DynamicBatcher(Generic[In, Out]):
                 continue
             reason = self._close_reason(batch, now) or ("budget" if capped else None)
             if reason is not None and self._worker.idle:
-                self._waiting.forming = []
+                share = self._worker.share(len(batch))
+                batch, self._waiting.forming = batch[:share], batch[share:]
                 self._metrics.queue_depth(self.queue_depth)
                 return batch, reason
             if reason is not None:
@@ -369,8 +380,8 @@ class DynamicBatcher(Generic[In, Out]):
 
     def _batch_state(self, batch: list[Pending[In, Out]], now: float) -> BatchState:
         earliest_deadline = min(p.deadline for p in batch)
-        running = self._worker.running_size
-        remaining = self.batch_times.seconds(running) - (now - self._worker.running_since) if running else 0.0
+        running, running_since = self._worker.next_free()
+        remaining = self.batch_times.seconds(running) - (now - running_since) if running else 0.0
         return BatchState(
             size=len(batch),
             max_batch_size=self.max_batch_size,

@@ -274,6 +274,7 @@ class ModelRuntime:
                 policy=self.settings.batch_policy,
                 latency_budget_s=self.settings.batch_latency_budget_ms / 1000.0,
                 inline=self.inline,
+                workers=model.backend.streams,
             )
             model.batcher.start()
             model.state = "ready"

@@ -66,18 +66,20 @@ def expected_finish_s(
     max_batch_size: int,
     running_size: int,
     running_for_s: float,
+    workers: int = 1,
 ) -> float:
     """Seconds until a request of ``images`` joining behind ``queued`` waiting images is done.
 
-    The batch in progress (``running_size`` images, ``running_for_s`` in) finishes first; then the
-    queue runs in full batches; the request's last image is in batch ``(queued + images - 1) //
-    max_batch_size`` after that one.
+    The batch in progress (``running_size`` images, ``running_for_s`` in; with several ``workers``, the
+    one that frees first) finishes first; then the queue runs in full batches, ``workers`` at a time; the
+    request's last image is in batch ``(queued + images - 1) // max_batch_size`` after that one.
     """
     remaining = max(0.0, model.seconds(running_size) - running_for_s) if running_size else 0.0
     last = queued + images - 1
     batches_before = last // max_batch_size
     own_batch = min(max_batch_size, last + 1 - batches_before * max_batch_size)
-    return remaining + batches_before * model.seconds(max_batch_size) + model.seconds(own_batch)
+    rounds_before = batches_before // max(1, workers)
+    return remaining + rounds_before * model.seconds(max_batch_size) + model.seconds(own_batch)
 
 
 def retry_after_s(finish_s: float, budget_s: float) -> float:

@@ -34,13 +34,16 @@ class BackendLoadError(RuntimeError):
 
 
 class Backend(ABC):
-    """One loaded artifact. Not thread-safe: the service calls `infer` from one thread per model."""
+    """One loaded artifact. The service calls `infer` from at most `streams` threads at once per model
+    (one batch worker each); a runtime that sets `streams` above 1 must allow that many concurrent calls."""
 
     def __init__(self, manifest: Manifest):
         self.manifest = manifest
         # Largest batch `infer` accepts; for a fixed-batch artifact, the batch every call is padded to.
         self.max_batch_size: int = manifest.max_batch_size
         self.dynamic_batch: bool = manifest.dynamic_batch
+        # Inferences the runtime runs side by side (OpenVINO streams); the batcher runs one worker each.
+        self.streams: int = 1
         # Floating-point precision the runtime computes in (f32 | f16 | bf16; for an INT8 artifact, that of
         # the layers left unquantized). Runtimes that can change it set what they read back.
         self.inference_precision: str = _FLOAT_PRECISION.get(manifest.precision, manifest.precision)

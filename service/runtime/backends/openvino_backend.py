@@ -18,6 +18,7 @@ blob instead of reading, optimizing and compiling the graph again.
 from __future__ import annotations
 
 import logging
+import queue
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -25,6 +26,7 @@ from typing import Any, Literal
 import numpy as np
 
 from contract.manifest import Manifest
+from service.errors import BackendError
 from service.runtime.backends.base import Backend, BackendLoadError
 from service.runtime.backends.machine import (
     INT8_DOT_PRODUCT_FLAGS,
@@ -87,10 +89,13 @@ def _type_name(value: Any) -> str:
 
 
 class OpenVinoBackend(Backend):
-    """Runs an ONNX or IR artifact in one OpenVINO CPU infer request (one stream: the batcher calls it
-    from one thread, and batches carry the parallelism).
+    """Runs an ONNX or IR artifact on OpenVINO's CPU plugin.
 
-    ``threads`` of 0 keeps OpenVINO's default (one per physical core).
+    With ``streams`` 1 (the default) one infer request uses every thread on each batch: the batcher calls
+    it from one thread, and batches carry the parallelism. With ``streams`` N > 1 OpenVINO splits its
+    threads into N streams that run N infer requests side by side, one per batch worker; on few cores a
+    small model uses them better that way (docs/cpu-inference.md, "Inference streams"), at the cost of a
+    lone request's latency. ``threads`` of 0 keeps OpenVINO's default (one per physical core).
     """
 
     def __init__(
@@ -101,6 +106,7 @@ class OpenVinoBackend(Backend):
         threads: int = 0,
         precision: str = "manifest",
         cache_dir: Path | None = None,
+        streams: int = 1,
     ):
         super().__init__(manifest)
         try:
@@ -119,10 +125,12 @@ class OpenVinoBackend(Backend):
                 model_path,
                 ", ".join(INT8_DOT_PRODUCT_FLAGS),
             )
+        if streams < 1:
+            raise BackendLoadError(f"openvino streams must be >= 1, not {streams}")
         config: dict[str, Any] = {
             "INFERENCE_PRECISION_HINT": hint,
-            "PERFORMANCE_HINT": "LATENCY",
-            "NUM_STREAMS": 1,
+            "PERFORMANCE_HINT": "LATENCY" if streams == 1 else "THROUGHPUT",
+            "NUM_STREAMS": streams,
         }
         if threads > 0:
             config["INFERENCE_NUM_THREADS"] = threads
@@ -144,13 +152,19 @@ class OpenVinoBackend(Backend):
                 f"{model_path}: asked OpenVINO for {hint} inference, the compiled model runs "
                 f"{self.inference_precision}"
             )
-        self._request = self._compiled.create_infer_request()
+        self.streams = int(self._compiled.get_property("NUM_STREAMS"))
+        # One infer request per stream; each `infer` call borrows one (the batch workers call concurrently).
+        self._requests: queue.SimpleQueue[Any] | None = queue.SimpleQueue()
+        for _ in range(self.streams):
+            self._requests.put(self._compiled.create_infer_request())
         logger.info(
-            "openvino %s: %s loaded in %.2fs (%s, compile cache %s)",
+            "openvino %s: %s loaded in %.2fs (%s, %d stream%s, compile cache %s)",
             self._version,
             model_path,
             self.load_seconds,
             self.inference_precision,
+            self.streams,
+            "" if self.streams == 1 else "s",
             self.cache_dir or "off",
         )
 
@@ -174,11 +188,18 @@ class OpenVinoBackend(Backend):
 
     def _run(self, inputs: np.ndarray) -> dict[str, np.ndarray]:
         # share_outputs=False: the results outlive this call while the request's buffers are reused.
-        results = self._request.infer({0: inputs}, share_inputs=True, share_outputs=False)
+        requests = self._requests
+        if requests is None:
+            raise BackendError("the model was unloaded")
+        request = requests.get()
+        try:
+            results = request.infer({0: inputs}, share_inputs=True, share_outputs=False)
+        finally:
+            requests.put(request)
         return {name: results[port] for name, port in self._outputs.items()}
 
     def close(self) -> None:
-        self._request = None
+        self._requests = None
         self._compiled = None
 
 

@@ -146,6 +146,7 @@ def create_backend(entry: ModelEntry, settings: Settings) -> Backend:
             threads=settings.intra_op_threads,
             precision=settings.openvino_precision,
             cache_dir=settings.openvino_cache_dir,
+            streams=settings.openvino_streams,
         )
     from service.runtime.backends.onnxruntime_backend import OnnxRuntimeBackend
 

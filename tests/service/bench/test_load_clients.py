@@ -266,3 +266,15 @@ def test_a_thread_that_blocks_counts_voluntary_switches() -> None:
         thread.join()
     time.sleep(0.01)  # this thread blocks too
     assert (cpu_times(os.getpid()) - before).voluntary_switches >= 1
+
+
+@pytest.mark.parametrize("client", ["lean", "httpx"])
+def test_both_open_loop_clients_send_the_image_and_count_answers(serve: TinyServer, client: str) -> None:
+    result = asyncio.run(
+        run_open_loop(serve.url, [IMAGE], rate=80, duration_s=0.4, seed=3, model="m", client=client)
+    )
+    assert result.sent == result.ok == len(serve.bodies) > 0
+    assert all(body == (IMAGE.content_type, IMAGE.data) for body in serve.bodies)
+    assert result.status_counts == {"200": result.sent}
+    with pytest.raises(ValueError, match="client must be one of"):
+        asyncio.run(run_open_loop(serve.url, [IMAGE], rate=1, duration_s=0.1, client="curl"))

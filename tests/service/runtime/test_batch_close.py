@@ -120,3 +120,27 @@ def test_the_arrival_rate_follows_the_gaps_and_decays_in_silence() -> None:
         rate.arrived(i * 0.01)
     assert rate.rate(0.99) == pytest.approx(100, rel=0.01)
     assert rate.rate(2.0) < 20  # a second of silence
+
+
+def test_pool_share_splits_when_the_other_worker_frees_soon() -> None:
+    from service.runtime.batch_close import pool_share
+
+    def single_thread(n: int) -> float:  # a stream on one thread: little fixed cost per batch
+        return 0.017 * n + 0.001
+
+    assert pool_share(0, single_thread, 0.0) == 0
+    assert pool_share(1, single_thread, 0.0) == 1
+    # The other worker is free as well: half each.
+    assert pool_share(2, single_thread, 0.0) == 1
+    assert pool_share(8, single_thread, 0.0) == 4
+    # It frees in 10 ms: this one takes a little more than half.
+    assert pool_share(8, single_thread, 0.010) == 4
+    assert pool_share(8, single_thread, 0.040) == 5
+    # It frees only after this batch would have run: everything goes now.
+    assert pool_share(2, single_thread, 0.5) == 2
+
+    def large_fixed_cost(n: int) -> float:  # a batch costs much more than its images
+        return 0.002 * n + 0.050
+
+    assert pool_share(4, large_fixed_cost, 0.0) == 2  # both free: side by side still wins
+    assert pool_share(4, large_fixed_cost, 0.030) == 4  # a second batch would pay the fixed cost late

@@ -46,6 +46,11 @@ def test_expected_finish_counts_the_running_batch_and_full_batches_ahead() -> No
     assert finish == pytest.approx(0.3 + 2 * 0.8 + 0.5)
     idle = expected_finish_s(model, queued=0, images=3, max_batch_size=8, running_size=0, running_for_s=0)
     assert idle == pytest.approx(0.3)
+    # Two workers: the two full batches ahead run side by side, in one round.
+    pooled = expected_finish_s(
+        model, queued=20, images=1, max_batch_size=8, running_size=8, running_for_s=0.5, workers=2
+    )
+    assert pooled == pytest.approx(0.3 + 1 * 0.8 + 0.5)
 
 
 def test_retry_after_is_when_the_excess_has_drained() -> None:

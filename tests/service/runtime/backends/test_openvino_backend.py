@@ -17,6 +17,7 @@ from machine_testkit import CPU_BF16, needs_bf16
 from service_testkit import PROJECT, add_toy_model
 
 from contract.manifest import Manifest
+from service.errors import BackendError
 from service.runtime.backends import BackendLoadError, create_backend, load_artifact, resolve_backend
 from service.runtime.backends.onnxruntime_backend import OnnxRuntimeBackend
 from service.runtime.backends.openvino_backend import OpenVinoBackend, hint_for_cpu, precision_hint_for
@@ -322,3 +323,28 @@ def test_openvino_backend_imports_no_torch_or_onnx() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+def test_streams_run_concurrent_calls_with_the_same_outputs(tmp_path: Path) -> None:
+    """DETECT_OPENVINO_STREAMS=2: two infer requests, called from two threads at once, each answer
+    what one call alone answers (no shared request buffers), and the backend reports its streams."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    openvino, onnxruntime = pair(
+        add_toy_model(tmp_path / "repo", "toy"), tmp_path, openvino_streams=2, intra_op_threads=2
+    )
+    assert openvino.streams == 2
+    rng = np.random.default_rng(3)
+    batches = [rng.integers(0, 256, (n, 64, 64, 3), dtype=np.uint8) for n in (1, 3, 2, 1, 4, 2)]
+    with ThreadPoolExecutor(2) as pool:
+        outputs = list(pool.map(openvino.infer, batches * 5))
+    for images, got in zip(batches * 5, outputs, strict=True):
+        assert_same_outputs(got, onnxruntime.infer(images), atol=1e-5)
+    openvino.close()
+    with pytest.raises(BackendError, match="unloaded"):
+        openvino.infer(batches[0])
+
+
+def test_one_stream_by_default(tmp_path: Path) -> None:
+    openvino, _ = pair(add_toy_model(tmp_path / "repo", "toy"), tmp_path)
+    assert openvino.streams == 1

@@ -1,0 +1,95 @@
+"""Several batch workers for one model: batches run side by side, each in its own thread.
+
+A runtime that can run several inferences at once (OpenVINO with ``DETECT_OPENVINO_STREAMS`` > 1: each
+stream a share of the cores, no barrier between them) gets one `BatchWorker` per stream. The batcher
+treats the pool like one worker that is idle while any member is: a closed batch goes to the first idle
+member. All members share one batch-time model, fitted on batches timed while the others ran too, so
+its estimates describe the pool as it runs under load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
+
+from service.runtime.batch_close import pool_share
+from service.runtime.batch_worker import BatcherMetrics, BatchWorker, Pending
+from service.runtime.wait_estimate import BatchTimeModel
+
+In = TypeVar("In")
+Out = TypeVar("Out")
+
+
+class WorkerPool(Generic[In, Out]):
+    """``count`` `BatchWorker` s sharing one `BatchTimeModel`; ``on_idle`` runs whenever one finishes."""
+
+    def __init__(
+        self,
+        name: str,
+        run_batch: Callable[[list[In]], Sequence[Out]],
+        metrics: BatcherMetrics,
+        on_idle: Callable[[], None],
+        count: int = 1,
+    ) -> None:
+        if not isinstance(count, int) or count < 1:
+            raise ValueError(f"a worker pool needs at least one worker, got {count!r}")
+        self.batch_times = BatchTimeModel()
+        self.workers: list[BatchWorker[In, Out]] = [
+            BatchWorker(name, run_batch, metrics, on_idle, batch_times=self.batch_times, thread=f"{i}")
+            for i in range(count)
+        ]
+
+    @property
+    def idle(self) -> bool:
+        """A member is free: a batch closed now starts at once."""
+        return any(w.idle for w in self.workers)
+
+    @property
+    def all_idle(self) -> bool:
+        return all(w.idle for w in self.workers)
+
+    @property
+    def running_images(self) -> int:
+        return sum(w.running_size for w in self.workers)
+
+    def next_free(self) -> tuple[int, float]:
+        """``(running_size, running_since)`` of the member that should free up first; ``(0, 0.0)`` when
+        one is idle already."""
+        if self.idle:
+            return 0, 0.0
+        soonest = min(self.workers, key=lambda w: w.running_since + self.batch_times.seconds(w.running_size))
+        return soonest.running_size, soonest.running_since
+
+    def share(self, size: int) -> int:
+        """How much of a closed batch of ``size`` the free member takes now; the rest waits for the next
+        member to free up (`batch_close.pool_share`; everything while the fit has seen one size only)."""
+        idle = self.next_idle()
+        if len(self.workers) == 1 or size <= 1 or idle is None or not self.batch_times.fitted:
+            return size
+        now = time.monotonic()
+        next_free = min(
+            0.0 if w.idle else max(0.0, self.batch_times.seconds(w.running_size) - (now - w.running_since))
+            for w in self.workers
+            if w is not idle
+        )
+        return pool_share(size, self.batch_times.seconds, next_free)
+
+    def next_idle(self) -> BatchWorker[In, Out] | None:
+        """The member the next batch goes to (None: all busy)."""
+        return next((w for w in self.workers if w.idle), None)
+
+    def dispatch(self, batch: list[Pending[In, Out]], inline: bool = False) -> None:
+        """Start ``batch`` on the first idle member (one must be idle)."""
+        worker = self.next_idle()
+        if worker is None:
+            raise RuntimeError("dispatch with every worker busy")
+        worker.dispatch(batch, inline=inline)
+
+    def running_tasks(self) -> list[asyncio.Task[None]]:
+        return [w.task for w in self.workers if w.task is not None and not w.task.done()]
+
+    def shutdown(self) -> None:
+        for worker in self.workers:
+            worker.shutdown()

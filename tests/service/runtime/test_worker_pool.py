@@ -1,0 +1,128 @@
+"""`WorkerPool` through `DynamicBatcher(workers=N)`: batches run side by side in N threads, a batch goes
+to an idle worker, the pool shares one batch-time model, and stop drains every running batch."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+import time
+from collections.abc import Sequence
+
+import pytest
+
+from service.runtime.batch_worker import NoMetrics, Pending
+from service.runtime.batcher import DynamicBatcher
+from service.runtime.worker_pool import WorkerPool
+
+
+async def _two_at_once(workers: int) -> list[object]:
+    """Two single-image batches whose work only finishes when both run at the same time."""
+    barrier = threading.Barrier(2, timeout=1.0)
+
+    def run_batch(items: list[int]) -> Sequence[int]:
+        barrier.wait()  # BrokenBarrierError after 1 s unless another batch runs meanwhile
+        return [i * 10 for i in items]
+
+    batcher: DynamicBatcher[int, int] = DynamicBatcher(
+        "m", run_batch, max_batch_size=1, max_queue_delay_s=0, max_queue_size=8,
+        dispatch_when_idle=True, workers=workers,
+    )  # fmt: skip
+    batcher.start()
+    try:
+        return await asyncio.gather(batcher.submit(1), batcher.submit(2), return_exceptions=True)
+    finally:
+        await batcher.stop(timeout=5)
+
+
+def test_two_workers_run_two_batches_at_once() -> None:
+    assert asyncio.run(_two_at_once(workers=2)) == [10, 20]
+
+
+def test_one_worker_runs_one_batch_at_a_time() -> None:
+    # The same work with one worker: the first batch waits at the barrier alone and fails.
+    results = asyncio.run(_two_at_once(workers=1))
+    assert any(isinstance(r, Exception) for r in results), results
+
+
+def test_the_pool_is_idle_while_any_worker_is_and_shares_one_time_model() -> None:
+    async def scenario() -> None:
+        release = threading.Event()
+
+        def run_batch(items: list[int]) -> Sequence[int]:
+            release.wait(5)
+            return items
+
+        changed = asyncio.Event()
+        pool: WorkerPool[int, int] = WorkerPool("m", run_batch, NoMetrics(), changed.set, count=2)
+        assert all(w.batch_times is pool.batch_times for w in pool.workers)
+        loop = asyncio.get_running_loop()
+
+        def batch(*items: int) -> list[Pending[int, int]]:
+            return [Pending(i, loop.create_future(), time.monotonic(), math.inf) for i in items]
+
+        first, second = batch(1, 2, 3), batch(4)
+        pool.dispatch(first)
+        assert pool.idle and not pool.all_idle and pool.next_free() == (0, 0.0)
+        pool.dispatch(second)
+        assert not pool.idle and pool.running_images == 4
+        size, _ = pool.next_free()
+        assert size in (1, 3)
+        with pytest.raises(RuntimeError, match="every worker busy"):
+            pool.dispatch(batch(5))  # no idle worker: the batcher never does this
+        release.set()
+        await asyncio.wait_for(asyncio.gather(*(p.future for p in first + second)), 5)
+        for _ in range(100):
+            if pool.all_idle:
+                break
+            await asyncio.sleep(0.01)
+        assert pool.all_idle and pool.batch_times.known
+        pool.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_stop_waits_for_every_running_batch() -> None:
+    async def scenario() -> list[int]:
+        def run_batch(items: list[int]) -> Sequence[int]:
+            time.sleep(0.2)
+            return items
+
+        batcher: DynamicBatcher[int, int] = DynamicBatcher(
+            "m", run_batch, max_batch_size=1, max_queue_delay_s=0, max_queue_size=8,
+            dispatch_when_idle=True, workers=2,
+        )  # fmt: skip
+        batcher.start()
+        tasks = [asyncio.create_task(batcher.submit(i)) for i in (7, 8)]
+        await asyncio.sleep(0.05)
+        await batcher.stop(timeout=5)
+        return [t.result() for t in tasks]
+
+    assert asyncio.run(scenario()) == [7, 8]
+
+
+def test_a_pool_needs_a_worker() -> None:
+    with pytest.raises(ValueError, match="at least one worker"):
+        WorkerPool("m", lambda items: items, NoMetrics(), lambda: None, count=0)
+
+
+def test_a_free_worker_takes_its_share_and_leaves_the_rest_for_the_other() -> None:
+    async def scenario() -> None:
+        release = threading.Event()
+
+        def run_batch(items: list[int]) -> Sequence[int]:
+            release.wait(5)
+            return items
+
+        pool: WorkerPool[int, int] = WorkerPool("m", run_batch, NoMetrics(), lambda: None, count=2)
+        assert pool.share(6) == 6  # nothing fitted yet: the whole batch
+        pool.batch_times.observe(1, 0.017)
+        pool.batch_times.observe(4, 0.068)  # fitted: 17 ms per image, nothing per batch
+        assert pool.share(6) == 3  # both free: half each
+        loop = asyncio.get_running_loop()
+        pool.dispatch([Pending(1, loop.create_future(), time.monotonic(), math.inf)])
+        assert pool.share(6) == 3  # the other frees in <= 17 ms: still about half
+        release.set()
+        pool.shutdown()
+
+    asyncio.run(scenario())
