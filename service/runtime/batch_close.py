@@ -127,20 +127,34 @@ class ArrivalRate:
         return 1.0 / gap if gap > 0 else math.inf
 
 
-def pool_share(waiting: int, batch_seconds: Callable[[int], float], next_free_s: float) -> int:
-    """How many of ``waiting`` requests a free worker takes when another worker of the same model frees
-    up in ``next_free_s`` (0: it is free too): the split that minimises the summed completion time.
+def pool_share(
+    waiting: int,
+    batch_seconds: Callable[[int], float],
+    next_free_s: float,
+    *,
+    rate_per_worker: float = 0.0,
+    max_batch_size: int | None = None,
+) -> int:
+    """How many of ``waiting`` requests a free worker takes now, when another worker of the same model
+    frees up in ``next_free_s`` (0: it is free too).
 
-    Taking ``k`` now and leaving the rest for the other worker, the requests finish at ``t(k)`` and
-    ``next_free_s + t(waiting - k)``; taking all, at ``t(waiting)``. Where a batch costs little more than
-    its images (a single-threaded stream), two half batches side by side beat one whole; where the other
-    worker is far from free, the whole batch goes now.
+    Taking ``k`` now, they finish at ``t(k)``; the rest start when a worker frees next (the other one, or
+    this one after its ``k``) and finish ``t(rest)`` later. The share is the ``k`` that minimises the
+    summed completion time, but at least the batch size whose throughput keeps up with each worker's
+    share of the arrival rate (`keep_up_size`): where a batch costs little more than its images (a
+    single-threaded stream) requests run one by one on whichever worker is free, as if unbatched, until
+    the arrivals outpace that, and batches grow only then.
     """
     if waiting <= 1:
         return waiting
 
     def summed(k: int) -> float:
         rest = waiting - k
-        return k * batch_seconds(k) + (rest * (next_free_s + batch_seconds(rest)) if rest else 0.0)
+        own = batch_seconds(k)
+        return k * own + (rest * (min(next_free_s, own) + batch_seconds(rest)) if rest else 0.0)
 
-    return min(range(1, waiting + 1), key=lambda k: (summed(k), -k))
+    best = min(range(1, waiting + 1), key=lambda k: (summed(k), -k))
+    if rate_per_worker > 0:
+        floor = keep_up_size(rate_per_worker, max_batch_size or waiting, batch_seconds)
+        best = max(best, min(floor, waiting))
+    return best

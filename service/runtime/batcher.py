@@ -336,7 +336,7 @@ class DynamicBatcher(Generic[In, Out]):
                 continue
             reason = self._close_reason(batch, now) or ("budget" if capped else None)
             if reason is not None and self._worker.idle:
-                share = self._worker.share(len(batch))
+                share = self._worker.share(len(batch), self._arrivals.rate(now), self.max_batch_size)
                 batch, self._waiting.forming = batch[:share], batch[share:]
                 self._metrics.queue_depth(self.queue_depth)
                 return batch, reason

@@ -62,9 +62,10 @@ class WorkerPool(Generic[In, Out]):
         soonest = min(self.workers, key=lambda w: w.running_since + self.batch_times.seconds(w.running_size))
         return soonest.running_size, soonest.running_since
 
-    def share(self, size: int) -> int:
+    def share(self, size: int, rate: float = 0.0, max_batch_size: int | None = None) -> int:
         """How much of a closed batch of ``size`` the free member takes now; the rest waits for the next
-        member to free up (`batch_close.pool_share`; everything while the fit has seen one size only)."""
+        member to free up (`batch_close.pool_share`, with ``rate`` the model's arrival rate; everything
+        while the fit has seen one batch size only)."""
         idle = self.next_idle()
         if len(self.workers) == 1 or size <= 1 or idle is None or not self.batch_times.fitted:
             return size
@@ -74,7 +75,13 @@ class WorkerPool(Generic[In, Out]):
             for w in self.workers
             if w is not idle
         )
-        return pool_share(size, self.batch_times.seconds, next_free)
+        return pool_share(
+            size,
+            self.batch_times.seconds,
+            next_free,
+            rate_per_worker=rate / len(self.workers),
+            max_batch_size=max_batch_size,
+        )
 
     def next_idle(self) -> BatchWorker[In, Out] | None:
         """The member the next batch goes to (None: all busy)."""

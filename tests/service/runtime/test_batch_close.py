@@ -136,8 +136,12 @@ def test_pool_share_splits_when_the_other_worker_frees_soon() -> None:
     # It frees in 10 ms: this one takes a little more than half.
     assert pool_share(8, single_thread, 0.010) == 4
     assert pool_share(8, single_thread, 0.040) == 5
-    # It frees only after this batch would have run: everything goes now.
-    assert pool_share(2, single_thread, 0.5) == 2
+    # It frees only much later: one now, the next on this worker after it (a batch of two would make
+    # the first wait for the second).
+    assert pool_share(2, single_thread, 0.5) == 1
+    # ... unless the arrivals need batches of two to be kept up with (one image: 55.6/s per worker).
+    assert pool_share(2, single_thread, 0.5, rate_per_worker=57.0, max_batch_size=8) == 2
+    assert pool_share(2, single_thread, 0.5, rate_per_worker=20.0, max_batch_size=8) == 1
 
     def large_fixed_cost(n: int) -> float:  # a batch costs much more than its images
         return 0.002 * n + 0.050
