@@ -148,11 +148,14 @@ class LoadedModel:
         self.state = "stopped"
 
     def warmup(self) -> None:
-        """Run a batch of 1 and a full batch of black images: first runs allocate memory and pick kernels."""
+        """Run a batch of 1 and a full batch of black images on every stream of the runtime (a backend
+        hands out its infer requests in turn): first runs allocate memory and pick kernels, so the memory a
+        model holds is reached before it reports ready."""
         assert self.backend is not None
         spec = self.manifest.input
         for size in sorted({1, self.batching.max_batch_size}):
-            self.backend.infer(np.zeros((size, spec.height, spec.width, 3), dtype=np.uint8))
+            for _ in range(self.backend.streams):
+                self.backend.infer(np.zeros((size, spec.height, spec.width, 3), dtype=np.uint8))
 
 
 def _info_labels(model: LoadedModel) -> tuple[str, str, str, str] | None:

@@ -154,6 +154,7 @@ class OpenVinoBackend(Backend):
             )
         self.streams = int(self._compiled.get_property("NUM_STREAMS"))
         # One infer request per stream; each `infer` call borrows one (the batch workers call concurrently).
+        # First in, first out: calls one after another take the requests in turn (warmup relies on it).
         self._requests: queue.SimpleQueue[Any] | None = queue.SimpleQueue()
         for _ in range(self.streams):
             self._requests.put(self._compiled.create_infer_request())

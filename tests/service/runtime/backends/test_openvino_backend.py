@@ -348,3 +348,28 @@ def test_streams_run_concurrent_calls_with_the_same_outputs(tmp_path: Path) -> N
 def test_one_stream_by_default(tmp_path: Path) -> None:
     openvino, _ = pair(add_toy_model(tmp_path / "repo", "toy"), tmp_path)
     assert openvino.streams == 1
+
+
+def test_warmup_runs_every_stream_at_every_warm_size(tmp_path: Path) -> None:
+    """Each infer request allocates its own buffers on its first run of a size: warmup gives every
+    stream both sizes, so a model's memory is reached before it reports ready."""
+    from service.runtime.model_runtime import LoadedModel
+    from service.settings import BatchingConfig
+
+    version_dir = add_toy_model(tmp_path / "repo", "toy")
+    two_streams = settings(tmp_path, openvino_streams=2, intra_op_threads=2)
+    backend = load_artifact(version_dir, "openvino", two_streams)
+    assert backend.streams == 2
+    sizes: list[int] = []
+    original = backend._run
+
+    def counting(inputs: np.ndarray) -> dict[str, np.ndarray]:
+        sizes.append(inputs.shape[0])
+        return original(inputs)
+
+    backend._run = counting  # type: ignore[method-assign]
+    (entry,) = scan_repository(tmp_path / "repo")
+    model = LoadedModel(entry, BatchingConfig(4, 0.005, 8), metrics=None)  # type: ignore[arg-type]
+    model.backend = backend
+    model.warmup()
+    assert sorted(sizes) == [1, 1, 4, 4]
