@@ -6,6 +6,9 @@ thread) and with one caller alone (a lone request's latency).
         [--rounds 2] [--seconds 4]
 
 Prints img/s per configuration and round, interleaved, on random uint8 inputs of the manifest's size.
+With ``--memory``, instead: the process's RSS after compiling, after a warmup at batch 1 and 8 on every
+infer request, and after three passes of every batch size 1-8 at random (60 calls per request per pass),
+for one stream or ``--streams`` (run once per setting: each in its own process).
 What `DETECT_OPENVINO_STREAMS` does in the service is measured end to end by
 `scripts/bench_server_scenario.py` (docs/cpu-inference.md, "Inference streams").
 """
@@ -62,6 +65,33 @@ def images_per_s(compiled: ov.CompiledModel, callers: int, batch: int, seconds: 
     return sum(counts) / (time.perf_counter() - started)
 
 
+def rss_mb() -> float:
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def memory_growth(compiled: ov.CompiledModel, streams: int, shape: tuple[int, int]) -> None:
+    """RSS as each infer request meets batch sizes it has not run yet (printed, MB)."""
+    print(f"compiled: {rss_mb():.0f} MB", flush=True)
+    requests = [compiled.create_infer_request() for _ in range(streams)]
+    for request in requests:
+        for batch in (1, 8):
+            request.infer({0: np.zeros((batch, *shape, 3), np.uint8)})
+    print(f"after warmup at batch 1 and 8: {rss_mb():.0f} MB", flush=True)
+    for index in range(3):
+
+        def calls(request: ov.InferRequest, seed: int) -> None:
+            sizes = np.random.default_rng(seed).integers(1, 9, 60)
+            for batch in sizes:
+                request.infer({0: np.zeros((int(batch), *shape, 3), np.uint8)})
+
+        threads = [threading.Thread(target=calls, args=(r, i + 10 * index)) for i, r in enumerate(requests)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        print(f"after pass {index} of random batch sizes 1-8: {rss_mb():.0f} MB", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -71,10 +101,16 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2, help="threads in all")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--memory", choices=("one", "streams"), help="RSS growth of one setting instead")
     args = parser.parse_args()
     manifest = json.loads((args.artifact / "manifest.json").read_text())
     size = (manifest["input"]["height"], manifest["input"]["width"])
     core = ov.Core()
+    if args.memory:
+        streams = 1 if args.memory == "one" else args.streams
+        graph = args.artifact / manifest["file"]
+        memory_growth(compile_model(core, graph, size, streams, args.threads), streams, size)
+        return
     graph = args.artifact / manifest["file"]
     configs = {
         f"1 stream x {args.threads} threads": (1, compile_model(core, graph, size, 1, args.threads)),
