@@ -33,7 +33,7 @@ from service.pipeline.entry import DetectionPipeline
 from service.pipeline.shadow import ShadowRunner
 from service.runtime.admission import Resources
 from service.runtime.backends import BackendFactory, create_backend
-from service.runtime.inline import InlineWork
+from service.runtime.batching.inline import InlineWork
 from service.runtime.metrics import ServiceMetrics, serve_metrics
 from service.runtime.model_control import ModelControl
 from service.runtime.model_runtime import ModelRuntime

@@ -86,9 +86,9 @@ class Settings(BaseSettings):
     # the worker is busy. False: it waits up to max_queue_delay_ms for others to batch with.
     dispatch_when_idle: bool = True
     # How a batch closes: "fixed" (full, max_queue_delay_ms, deadline, and with dispatch_when_idle an idle
-    # worker) or "latency" (service/runtime/batch_close.py: from the fitted batch times, the arrival rate
-    # and batch_latency_budget_ms, a batch stops growing when one more request would keep its oldest one
-    # past that budget).
+    # worker) or "latency" (service/runtime/batching/batch_close.py: from the fitted batch times, the
+    # arrival rate and batch_latency_budget_ms, a batch stops growing when one more request would keep its
+    # oldest one past that budget).
     batch_policy: Literal["fixed", "latency"] = "fixed"
     batch_latency_budget_ms: float = Field(default=100.0, gt=0)
     # Opt-in (0 = off): while requests come one at a time and nothing else runs in the service, a batch

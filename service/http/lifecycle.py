@@ -34,7 +34,7 @@ class Lifecycle:
         self.draining = False
         # Set once the drain is over: body readers still waiting give up (see `service.http.uploads`).
         self.closing = asyncio.Event()
-        # Told of every request that starts, with the count in flight (`service.runtime.inline`).
+        # Told of every request that starts, with the count in flight (`service.runtime.batching.inline`).
         self.on_start: Callable[[int], None] | None = None
 
     @property

@@ -37,8 +37,8 @@ from service.runtime.admission import (
     RENDER_BYTES_PER_PIXEL,
     Resources,
 )
-from service.runtime.batch_queue import Priority
-from service.runtime.batch_worker import ItemTimes
+from service.runtime.batching.batch_queue import Priority
+from service.runtime.batching.batch_worker import ItemTimes
 from service.runtime.model_runtime import LoadedModel
 from service.schemas import Box, DetectionResult
 
@@ -230,7 +230,7 @@ async def infer(
     """Each network-sized image's outputs, queued together so they can share a batch.
 
     ``deadline`` is the `time.monotonic` time by which inference must start (None: no limit);
-    ``priority``: interactive requests go before stream frames (`service.runtime.batcher`).
+    ``priority``: interactive requests go before stream frames (`service.runtime.batching.batcher`).
     """
     times = [ItemTimes() for _ in images]
     outputs = await gather_in_order(

@@ -56,7 +56,7 @@ from service.pipeline.tasks import Gone, cancel_when_gone
 from service.pipeline.timing import RequestStages
 from service.runtime import tracing
 from service.runtime.admission import Resources
-from service.runtime.batch_queue import Priority
+from service.runtime.batching.batch_queue import Priority
 from service.runtime.model_runtime import LoadedModel
 from service.schemas import DetectionResult
 
@@ -132,7 +132,8 @@ class DetectionPipeline:
         input is read. ``gone`` returns when the caller went away: queued work is then cancelled
         (`ClientClosedRequest`). Whatever the request holds is given back when the block ends.
         ``timeout_s`` replaces the request timeout (a stream frame: its lag bound); ``priority`` places its
-        images in the batcher (stream frames go after interactive requests: `service.runtime.batcher`).
+        images in the batcher (stream frames go after interactive requests:
+        `service.runtime.batching.batcher`).
         """
         deadline = started_at + (self.request_timeout_s if timeout_s is None else timeout_s)
         model.admit(1, deadline, priority)

@@ -15,7 +15,7 @@ import time
 from opentelemetry.trace import Span
 
 from service.runtime import tracing
-from service.runtime.batch_worker import ItemTimes
+from service.runtime.batching.batch_worker import ItemTimes
 from service.runtime.metrics import STAGES, ModelMetrics
 
 

@@ -4,11 +4,11 @@ Every image's memory cost is known from its header before it is decoded (`servic
 request is admitted against the budgets first and refused early (413 over the per-request limit, 503
 when the process-wide budget stays full) instead of being accepted and failing late.
 
-Image work (decode, resize, mask encoding, drawing) runs in worker threads, but not as one shared FIFO:
-each request runs its images one at a time, so concurrent requests interleave, and work on large
-images (`HEAVY_PIXELS` and up) takes at most all but one of the threads, so small requests always find
-a thread free while big ones decode or render. With the opt-in inline path (`service.runtime.inline`),
-small image work runs on the event loop itself while the service has nothing else running.
+Image work (decode, resize, mask encoding, drawing) runs in worker threads, but not as one shared FIFO: each
+request runs its images one at a time, so concurrent requests interleave, and work on large images
+(`HEAVY_PIXELS` and up) takes at most all but one of the threads, so small requests always find a thread free
+while big ones decode or render. With the opt-in inline path (`service.runtime.batching.inline`), small image
+work runs on the event loop itself while the service has nothing else running.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TypeVar
 
+from service.runtime.batching.inline import InlineWork
 from service.runtime.budget import MemoryBudget
-from service.runtime.inline import InlineWork
 from service.settings import Settings
 
 T = TypeVar("T")

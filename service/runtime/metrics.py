@@ -34,7 +34,7 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from service.runtime.batcher import CLOSE_REASONS
+from service.runtime.batching.batcher import CLOSE_REASONS
 from service.runtime.quality_metrics import QualityMetrics
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ NO_MODEL = "none"
 
 
 class ModelMetrics:
-    """The metrics of one model; implements `service.runtime.batcher.BatcherMetrics`."""
+    """The metrics of one model; implements `service.runtime.batching.batcher.BatcherMetrics`."""
 
     def __init__(self, parent: ServiceMetrics, model: str):
         self._parent = parent

@@ -23,11 +23,11 @@ import numpy as np
 from contract.manifest import Manifest
 from service.errors import BadRequest, ModelNotFound, ServiceUnavailable
 from service.runtime.backends import Backend, BackendFactory
-from service.runtime.batch_queue import Priority
-from service.runtime.batch_worker import ItemTimes
-from service.runtime.batcher import DynamicBatcher
+from service.runtime.batching.batch_queue import Priority
+from service.runtime.batching.batch_worker import ItemTimes
+from service.runtime.batching.batcher import DynamicBatcher
+from service.runtime.batching.inline import InlineWork
 from service.runtime.default_model import no_default_message, resolve_default_model
-from service.runtime.inline import InlineWork
 from service.runtime.metrics import ModelMetrics, ServiceMetrics
 from service.runtime.repository import ModelEntry, version_sort_key
 from service.runtime.rollout import Rollouts

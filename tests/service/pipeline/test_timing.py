@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from service.pipeline.timing import RequestStages
-from service.runtime.batch_worker import ItemTimes
+from service.runtime.batching.batch_worker import ItemTimes
 from service.runtime.metrics import ServiceMetrics
 
 

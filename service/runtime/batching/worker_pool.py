@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
-from service.runtime.batch_close import pool_share
-from service.runtime.batch_worker import BatcherMetrics, BatchWorker, Pending
-from service.runtime.wait_estimate import BatchTimeModel
+from service.runtime.batching.batch_close import pool_share
+from service.runtime.batching.batch_worker import BatcherMetrics, BatchWorker, Pending
+from service.runtime.batching.wait_estimate import BatchTimeModel
 
 In = TypeVar("In")
 Out = TypeVar("Out")

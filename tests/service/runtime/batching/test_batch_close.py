@@ -1,4 +1,5 @@
-"""The ``latency`` batching policy's close decision (`service.runtime.batch_close`), as a pure function."""
+"""The ``latency`` batching policy's close decision (`service.runtime.batching.batch_close`), as a pure
+function."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from service.runtime.batch_close import (
+from service.runtime.batching.batch_close import (
     ArrivalRate,
     BatchState,
     close_reason,
@@ -123,7 +124,7 @@ def test_the_arrival_rate_follows_the_gaps_and_decays_in_silence() -> None:
 
 
 def test_pool_share_splits_when_the_other_worker_frees_soon() -> None:
-    from service.runtime.batch_close import pool_share
+    from service.runtime.batching.batch_close import pool_share
 
     def single_thread(n: int) -> float:  # a stream on one thread: little fixed cost per batch
         return 0.017 * n + 0.001

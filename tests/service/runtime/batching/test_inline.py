@@ -13,8 +13,8 @@ import pytest
 
 from service.errors import BackendError
 from service.runtime.admission import WorkScheduler
-from service.runtime.batcher import DynamicBatcher
-from service.runtime.inline import InlineWork
+from service.runtime.batching.batcher import DynamicBatcher
+from service.runtime.batching.inline import InlineWork
 
 
 class Recorder:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 import pytest
 
 from service.errors import BackendError
-from service.runtime.batch_worker import BatchWorker, ItemTimes, NoMetrics, Pending
+from service.runtime.batching.batch_worker import BatchWorker, ItemTimes, NoMetrics, Pending
 
 
 async def _run(

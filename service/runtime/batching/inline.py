@@ -1,7 +1,7 @@
 """Running a request's work on the event loop itself while the server has nothing else to do.
 
 Image work and inference normally run in threads (`service.runtime.admission.WorkScheduler`, each
-model's `service.runtime.batch_worker.BatchWorker`), so the event loop keeps accepting and parsing
+model's `service.runtime.batching.batch_worker.BatchWorker`), so the event loop keeps accepting and parsing
 requests meanwhile. Each such hand-off costs two thread wake-ups (the thread's, then the event loop's
 when the result comes back). Under load those overlap with other work; on a lone request they are pure
 latency, and on a small virtual machine, where waking an idle core is slow, they cost more than the

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from service.runtime.wait_estimate import BatchTimeModel, expected_finish_s, retry_after_s
+from service.runtime.batching.wait_estimate import BatchTimeModel, expected_finish_s, retry_after_s
 
 
 def test_nothing_observed_predicts_nothing() -> None:

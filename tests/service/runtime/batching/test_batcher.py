@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from service.errors import BackendError, DeadlineExceeded, QueueFull, ServiceUnavailable
-from service.runtime.batch_worker import ItemTimes
-from service.runtime.batcher import DynamicBatcher
+from service.runtime.batching.batch_worker import ItemTimes
+from service.runtime.batching.batcher import DynamicBatcher
 
 WAIT = 10.0  # generous upper bound for any event a test waits on; reaching it means the test failed
 
@@ -309,7 +309,7 @@ def test_a_dead_loop_is_logged_fails_waiters_and_turns_not_alive(caplog: pytest.
         assert worker.seen == []
         await batcher.stop()
 
-    with caplog.at_level(logging.ERROR, logger="service.runtime.batcher"):
+    with caplog.at_level(logging.ERROR, logger="service.runtime.batching.batcher"):
         run(scenario)
     assert any("batcher 'test' died" in record.getMessage() for record in caplog.records)
 

@@ -2,8 +2,9 @@
 
 `BatchWorker` owns one thread. It runs a batch ``run_batch(items) -> outputs`` there, checks one output
 per input, hands each waiter its output, or the batch's failure to every waiter of that batch (500), and
-times each batch (`service.runtime.wait_estimate.BatchTimeModel`) for the batcher's admission estimates.
-`service.runtime.batcher` decides what goes into a batch and when; this module only runs it.
+times each batch (`service.runtime.batching.wait_estimate.BatchTimeModel`) for the batcher's admission
+estimates. `service.runtime.batching.batcher` decides what goes into a batch and when; this module only
+runs it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from opentelemetry.trace import SpanContext
 
 from service.errors import BackendError, ServiceError, ServiceUnavailable
 from service.runtime import tracing
-from service.runtime.wait_estimate import BatchTimeModel
+from service.runtime.batching.wait_estimate import BatchTimeModel
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +96,7 @@ class BatchWorker(Generic[In, Out]):
         self._on_idle = on_idle
         suffix = f"-{thread}" if thread else ""
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"infer-{name}{suffix}")
-        # Shared with the other workers of a `service.runtime.worker_pool.WorkerPool`.
+        # Shared with the other workers of a `service.runtime.batching.worker_pool.WorkerPool`.
         self.batch_times = batch_times if batch_times is not None else BatchTimeModel()
         self.idle = True
         self.running_size = 0  # images in the batch being computed (0: none)
@@ -104,7 +105,7 @@ class BatchWorker(Generic[In, Out]):
 
     def dispatch(self, batch: list[Pending[In, Out]], inline: bool = False) -> None:
         """Start running ``batch`` (the worker must be idle); with ``inline``, run it to the end here, on
-        the event loop's own thread (`service.runtime.inline`), and hand out its results."""
+        the event loop's own thread (`service.runtime.batching.inline`), and hand out its results."""
         self.idle = False
         self.running_size, self.running_since = len(batch), time.monotonic()
         if inline:

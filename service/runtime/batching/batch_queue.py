@@ -3,8 +3,8 @@
 `BatchQueue` keeps interactive items (`/detect`, Open Inference Protocol) and stream frames apart, and the
 batch being formed (taken from them, not yet dispatched). Interactive items go into a batch first, each
 taking a stream frame's place in a batch that may not grow; stream frames fill the room left and are shed
-first when an interactive request needs room. `service.runtime.batcher` decides when a batch closes; this
-module decides which requests are in it.
+first when an interactive request needs room. `service.runtime.batching.batcher` decides when a batch
+closes; this module decides which requests are in it.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Generic, Literal, TypeVar
 
 from service.errors import QueueFull
-from service.runtime.batch_worker import Pending
+from service.runtime.batching.batch_worker import Pending
 
 In = TypeVar("In")
 Out = TypeVar("Out")

@@ -1,5 +1,5 @@
 """When a batch closes under the ``latency`` batching policy: a pure decision from the fitted batch-time
-model (`service.runtime.wait_estimate.BatchTimeModel`), the arrival rate and each request's budget.
+model (`service.runtime.batching.wait_estimate.BatchTimeModel`), the arrival rate and each request's budget.
 
 A request's budget ends at ``enqueued + latency budget`` (``DETECT_BATCH_LATENCY_BUDGET_MS``) or at its
 deadline, whichever is first. The decision, for the batch being formed:

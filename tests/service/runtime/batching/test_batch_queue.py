@@ -8,8 +8,8 @@ import math
 import pytest
 
 from service.errors import QueueFull
-from service.runtime.batch_queue import BatchQueue
-from service.runtime.batch_worker import Pending
+from service.runtime.batching.batch_queue import BatchQueue
+from service.runtime.batching.batch_worker import Pending
 
 
 def _pending(loop: asyncio.AbstractEventLoop, item: str, stream: bool = False) -> Pending[str, str]:

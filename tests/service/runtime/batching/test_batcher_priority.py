@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from service.errors import QueueFull
-from tests.service.runtime.test_batcher import Worker, make, run, until
+from tests.service.runtime.batching.test_batcher import Worker, make, run, until
 
 
 def test_interactive_items_fill_a_batch_before_queued_stream_frames() -> None:

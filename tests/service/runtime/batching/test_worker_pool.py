@@ -11,9 +11,9 @@ from collections.abc import Sequence
 
 import pytest
 
-from service.runtime.batch_worker import NoMetrics, Pending
-from service.runtime.batcher import DynamicBatcher
-from service.runtime.worker_pool import WorkerPool
+from service.runtime.batching.batch_worker import NoMetrics, Pending
+from service.runtime.batching.batcher import DynamicBatcher
+from service.runtime.batching.worker_pool import WorkerPool
 
 
 async def _two_at_once(workers: int) -> list[object]:

@@ -17,21 +17,22 @@ failure is logged, waiters are failed and `alive` turns false (readiness reports
 
 Priority: every item is ``interactive`` (a `/detect` or Open Inference Protocol request) or ``stream`` (a
 frame of a camera session, `service.streams`). Interactive items go into a batch first and shed queued
-stream frames when the queue is full (`service.runtime.batch_queue`); their expected wait counts only the
-interactive items ahead of them. A stream frame is refused when the queue is full.
+stream frames when the queue is full (`service.runtime.batching.batch_queue`); their expected wait counts
+only the interactive items ahead of them. A stream frame is refused when the queue is full.
 
-With ``policy="latency"`` the close decision is `service.runtime.batch_close.close_reason` instead: it
-uses the fitted batch-time model, the arrival rate and each request's latency budget (``latency_budget_s``
-or its deadline) to stop a batch from growing past what keeps its oldest request within budget, and to
-wait for company only when that lowers the summed completion time. ``max_queue_delay_s`` is then unused.
+With ``policy="latency"`` the close decision is `service.runtime.batching.batch_close.close_reason` instead:
+it uses the fitted batch-time model, the arrival rate and each request's latency budget (``latency_budget_s``
+or its deadline) to stop a batch from growing past what keeps its oldest request within budget, and to wait
+for company only when that lowers the summed completion time. ``max_queue_delay_s`` is then unused.
 
-With an `service.runtime.inline.InlineWork`, a batch of interactive items that finds nothing else
+With an `service.runtime.batching.inline.InlineWork`, a batch of interactive items that finds nothing else
 running in the service and is expected to be short runs on the event loop itself instead of the worker
 thread (two thread wake-ups fewer for a lone request).
 
 The batcher knows nothing about models: it batches opaque items through ``run_batch``, which its
-`service.runtime.batch_worker.BatchWorker` runs (one, or a `service.runtime.worker_pool.WorkerPool` of
-them side by side when the runtime runs several inferences at once).
+`service.runtime.batching.batch_worker.BatchWorker` runs (one, or a
+`service.runtime.batching.worker_pool.WorkerPool` of them side by side when the runtime runs several
+inferences at once).
 """
 
 from __future__ import annotations
@@ -44,12 +45,12 @@ from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
 from service.errors import DeadlineExceeded, QueueFull, ServiceError, ServiceUnavailable
-from service.runtime.batch_close import ArrivalRate, BatchState, close_reason, wait_s
-from service.runtime.batch_queue import BatchQueue, Priority
-from service.runtime.batch_worker import BatcherMetrics, ItemTimes, NoMetrics, Pending
-from service.runtime.inline import InlineWork
-from service.runtime.wait_estimate import expected_finish_s, retry_after_s
-from service.runtime.worker_pool import WorkerPool
+from service.runtime.batching.batch_close import ArrivalRate, BatchState, close_reason, wait_s
+from service.runtime.batching.batch_queue import BatchQueue, Priority
+from service.runtime.batching.batch_worker import BatcherMetrics, ItemTimes, NoMetrics, Pending
+from service.runtime.batching.inline import InlineWork
+from service.runtime.batching.wait_estimate import expected_finish_s, retry_after_s
+from service.runtime.batching.worker_pool import WorkerPool
 
 logger = logging.getLogger(__name__)
 
@@ -69,8 +70,8 @@ class DynamicBatcher(Generic[In, Out]):
     """Batches `submit` calls into ``run_batch(items) -> outputs`` calls (one output per item, in order).
 
     ``run_batch`` runs in worker threads owned by the batcher: one, or ``workers`` side by side for a
-    runtime that runs that many inferences at once (`service.runtime.worker_pool`). Call `start` inside a
-    running event loop (the app lifespan) and `stop` on shutdown.
+    runtime that runs that many inferences at once (`service.runtime.batching.worker_pool`). Call `start`
+    inside a     running event loop (the app lifespan) and `stop` on shutdown.
     """
 
     def __init__(
@@ -312,12 +313,12 @@ class DynamicBatcher(Generic[In, Out]):
 
     def _runs_inline(self, batch: list[Pending[In, Out]]) -> bool:
         """Run ``batch`` on the event loop: nothing else waits for this model or runs in the service, and
-        the batch's fitted time is within the inline bound (`service.runtime.inline`)."""
+        the batch's fitted time is within the inline bound (`service.runtime.batching.inline`)."""
         if self._inline is None or self.queue_depth > 0 or not self.batch_times.known:
             return False
         if not self._worker.all_idle:  # another worker of this model runs a batch
             return False
-        if any(p.background for p in batch):  # stream frames: see service.runtime.inline
+        if any(p.background for p in batch):  # stream frames: see service.runtime.batching.inline
             return False
         return self._inline.batch(self, self.batch_times.seconds(len(batch)))
 
