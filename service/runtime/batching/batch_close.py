@@ -17,6 +17,9 @@ deadline, whichever is first. The decision, for the batch being formed:
   all of them together later), or the wait would run past the oldest request's budget.
 
 Otherwise the batch waits; `wait_s` says how long before the decision is worth taking again.
+
+Under either policy, a model with several batch workers (`service.runtime.batching.worker_pool`) asks
+`pool_share` how much of a closed batch the free worker takes, the rest waiting for the next free one.
 """
 
 from __future__ import annotations
