@@ -97,7 +97,6 @@ class LeanClient:
         self._host, self._port = parts.hostname, parts.port or 80
         self._authority = parts.netloc
         self._idle: list[_Connection] = []
-        self._open = 0
         self._slots = asyncio.Semaphore(max_connections)
 
     def build_post(self, target: str, body: bytes, content_type: str) -> bytes:
@@ -117,11 +116,8 @@ class LeanClient:
             except BaseException:
                 if connection.transport is not None:
                     connection.transport.close()
-                self._open -= 1
                 raise
-            if connection.closed:
-                self._open -= 1
-            else:
+            if not connection.closed:
                 self._idle.append(connection)
             return answer
 
@@ -130,10 +126,8 @@ class LeanClient:
             connection = self._idle.pop()
             if not connection.closed:
                 return connection
-            self._open -= 1
         loop = asyncio.get_running_loop()
         _, connection = await loop.create_connection(_Connection, self._host, self._port)
-        self._open += 1
         return connection
 
     def close(self) -> None:

@@ -107,7 +107,7 @@ async def run_open_loop(
     errors: Counter[str] = Counter()
     limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
     lean = LeanClient(url, max_connections=max_connections)
-    prepared = [lean.build_post(target, image.data, image.content_type) for image in images]
+    prepared = [lean.build_post(target, i.data, i.content_type) for i in images] if client == "lean" else []
     async with httpx.AsyncClient(base_url=url, timeout=timeout_s, limits=limits) as scraper:
 
         async def post(index: int) -> int:

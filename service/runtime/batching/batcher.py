@@ -71,7 +71,7 @@ class DynamicBatcher(Generic[In, Out]):
 
     ``run_batch`` runs in worker threads owned by the batcher: one, or ``workers`` side by side for a
     runtime that runs that many inferences at once (`service.runtime.batching.worker_pool`). Call `start`
-    inside a     running event loop (the app lifespan) and `stop` on shutdown.
+    inside a running event loop (the app lifespan) and `stop` on shutdown.
     """
 
     def __init__(

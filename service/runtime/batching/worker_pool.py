@@ -59,8 +59,12 @@ class WorkerPool(Generic[In, Out]):
         one is idle already."""
         if self.idle:
             return 0, 0.0
-        soonest = min(self.workers, key=lambda w: w.running_since + self.batch_times.seconds(w.running_size))
+        soonest = min(self.workers, key=self._finishes_at)
         return soonest.running_size, soonest.running_since
+
+    def _finishes_at(self, worker: BatchWorker[In, Out]) -> float:
+        """When ``worker``'s running batch should end (`time.monotonic`), by the fitted batch time."""
+        return worker.running_since + self.batch_times.seconds(worker.running_size)
 
     def share(self, size: int, rate: float = 0.0, max_batch_size: int | None = None) -> int:
         """How much of a closed batch of ``size`` the free member takes now; the rest waits for the next
@@ -71,9 +75,7 @@ class WorkerPool(Generic[In, Out]):
             return size
         now = time.monotonic()
         next_free = min(
-            0.0 if w.idle else max(0.0, self.batch_times.seconds(w.running_size) - (now - w.running_since))
-            for w in self.workers
-            if w is not idle
+            0.0 if w.idle else max(0.0, self._finishes_at(w) - now) for w in self.workers if w is not idle
         )
         return pool_share(
             size,
