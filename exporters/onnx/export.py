@@ -61,7 +61,8 @@ class DetectionGraph(nn.Module):
     def forward(self, images: Tensor) -> tuple[Tensor, ...]:
         raw = self.network(self.preprocess(images))
         raw = tuple(raw) if isinstance(raw, tuple | list) else (raw,)
-        outputs = self.postprocess(*self.decoder(*raw))
+        decode = getattr(self.decoder, "decode_candidates", None)  # decoders that decode candidates only
+        outputs = self.postprocess(*self.decoder(*raw), decode=decode)
         if self.masks is not None:  # mask models: detection_masks from the raw outputs and the detections
             outputs = (*outputs, self.masks(raw, outputs))
         return (*outputs, *raw) if self.raw_outputs else outputs

@@ -39,12 +39,23 @@ ONNX Runtime's NMS stays in the graph; the backend needs no NMS of its own.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor, nn
 
 from training.postprocess import TENSORRT_MAX_TOPK, PostprocessSettings, non_max_suppression
 
-__all__ = ["TENSORRT_MAX_TOPK", "DetectionPostprocess", "PostprocessSettings", "non_max_suppression"]
+__all__ = [
+    "TENSORRT_MAX_TOPK",
+    "CandidateDecode",
+    "DetectionPostprocess",
+    "PostprocessSettings",
+    "non_max_suppression",
+]
+
+# codes [B, N, 4] of candidates at anchor_index [B, N] -> boxes [B, N, 4] (see DetectionPostprocess.forward)
+CandidateDecode = Callable[[Tensor, Tensor], Tensor]
 
 
 class DetectionPostprocess(nn.Module):
@@ -66,13 +77,27 @@ class DetectionPostprocess(nn.Module):
             self.k = min(settings.pre_nms_topk, num_classes * num_anchors)  # candidates per image
             self.max_det = min(settings.max_detections, self.k)
 
-    def forward(self, boxes: Tensor, scores: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    def forward(
+        self, boxes: Tensor, scores: Tensor, decode: CandidateDecode | None = None
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """``boxes [B, A, 4]`` (one box per anchor) or ``[B, C, A, 4]`` (class-specific, e.g. Mask R-CNN's
-        box head), ``scores [B, C, A]`` -> the output contract."""
+        box head), ``scores [B, C, A]`` -> the output contract.
+
+        With ``decode``, ``boxes`` are per-anchor box codes ``[B, A, 4]`` and ``decode(codes [B, N, 4],
+        anchor_index [B, N])`` turns the gathered candidates' codes into boxes: per-anchor decoding on the
+        candidates only, the same boxes for a fraction of the work."""
+        if decode is not None and boxes.dim() == 4:
+            raise ValueError("decode needs one box code per anchor [B, A, 4], not class-specific boxes")
         if self.settings.pre_nms_topk is not None:
             if boxes.dim() == 4:
                 raise ValueError("pre_nms_topk needs one box per anchor [B, A, 4], not class-specific boxes")
-            return self._forward_global_topk(boxes, scores)
+            return self._forward_global_topk(boxes, scores, decode)
+        return self._forward_per_class(boxes, scores, decode)
+
+    def _forward_per_class(
+        self, boxes: Tensor, scores: Tensor, decode: CandidateDecode | None
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Candidates: per (image, class) the ``k`` best anchors, NMS per class among them."""
         s, num_classes, k = self.settings, self.num_classes, self.k
 
         # Pre-NMS: per (image, class) the k best anchors; at or below the threshold -> -1 (never selected).
@@ -84,8 +109,10 @@ class DetectionPostprocess(nn.Module):
             cand_boxes = boxes.gather(2, top_idx.unsqueeze(3).expand(-1, -1, -1, 4))
             cand_boxes = cand_boxes.reshape(-1, num_classes * k, 4)
         else:  # (B, C, k) -> (B, C*k, 1) -> (B, C*k, 4): the candidate boxes, class-major
-            gather_idx = top_idx.reshape(-1, num_classes * k, 1).expand(-1, -1, 4)
-            cand_boxes = boxes.gather(1, gather_idx)
+            cand_anchors = top_idx.reshape(-1, num_classes * k)
+            cand_boxes = boxes.gather(1, cand_anchors.unsqueeze(2).expand(-1, -1, 4))
+            if decode is not None:
+                cand_boxes = decode(cand_boxes, cand_anchors)
 
         # Each (image, class) is one NMS group of k boxes: (B*C, k, 4) and (B*C, 1, k).
         selected = non_max_suppression(
@@ -107,7 +134,9 @@ class DetectionPostprocess(nn.Module):
         det_classes = torch.div(det_idx, k, rounding_mode="trunc")  # indices are >= 0: one integer Div
         return self._padded(det_scores, det_boxes, det_classes)
 
-    def _forward_global_topk(self, boxes: Tensor, scores: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    def _forward_global_topk(
+        self, boxes: Tensor, scores: Tensor, decode: CandidateDecode | None
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Candidates: the ``k`` best (anchor, class) scores of each image, NMS per class among them."""
         s, num_classes, num_anchors, k = self.settings, self.num_classes, self.num_anchors, self.k
         flat = scores.reshape(-1, num_classes * num_anchors)  # (B, C*A), class-major
@@ -119,6 +148,8 @@ class DetectionPostprocess(nn.Module):
         classes = torch.div(top_idx, num_anchors, rounding_mode="trunc")  # (B, k)
         anchors = top_idx - classes * num_anchors
         cand_boxes = boxes.gather(1, anchors.unsqueeze(2).expand(-1, -1, 4))  # (B, k, 4)
+        if decode is not None:
+            cand_boxes = decode(cand_boxes, anchors)
         # Class-aware NMS over one box set: each candidate scores only in its own class's row (B, C, k).
         class_ids = torch.arange(num_classes, device=scores.device).reshape(1, num_classes, 1)
         own_class = classes.unsqueeze(1) == class_ids

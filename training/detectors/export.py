@@ -132,7 +132,10 @@ class ExportWrapper(ABC):
 
     @abstractmethod
     def decoder(self) -> nn.Module:
-        """Module: raw head outputs -> ``(boxes [B, A, 4], scores [B, C, A])`` (see class docstring)."""
+        """Module: raw head outputs -> ``(boxes [B, A, 4], scores [B, C, A])`` (see class docstring).
+
+        A decoder with a ``decode_candidates(codes [B, N, 4], anchor_index [B, N]) -> boxes [B, N, 4]``
+        method returns box codes instead of boxes, and the post-processing decodes only its candidates."""
 
     def mask_head(self) -> nn.Module | None:
         """Mask models: a module ``(raw outputs, contract outputs) -> detection_masks [B, K, Mh, Mw]``

@@ -127,3 +127,30 @@ def test_exported_postprocessing_equals_eager_in_onnxruntime(
     for name, out, ref in zip(OUTPUT_NAMES, got, expected, strict=True):
         assert out.dtype == ref.numpy().dtype and out.shape == tuple(ref.shape), name
         np.testing.assert_array_equal(out, ref.numpy(), err_msg=name)
+
+
+@pytest.mark.parametrize("pre_nms_topk", [None, 40])
+def test_decoding_the_candidates_only_gives_the_same_detections(pre_nms_topk: int | None) -> None:
+    """``decode``: per-anchor box codes in, decoded after the pre-NMS selection, in both candidate modes
+    (per class, and EfficientDet's global top-k): the same detections as boxes decoded for every anchor."""
+    settings = PostprocessSettings(
+        score_threshold=0.1, topk_per_class=30, max_detections=20, pre_nms_topk=pre_nms_topk
+    )
+    gen = torch.Generator().manual_seed(5)
+    anchors = torch.cat(
+        [torch.rand(300, 2, generator=gen), 0.05 + 0.2 * torch.rand(300, 2, generator=gen)], 1
+    )
+    codes = 0.3 * torch.randn(2, 300, 4, generator=gen)
+    scores = torch.rand(2, 3, 300, generator=gen)
+
+    def decode(candidate_codes: torch.Tensor, anchor_index: torch.Tensor) -> torch.Tensor:
+        return xywh_to_xyxy(decode_boxes(candidate_codes, anchors[anchor_index], BOX_CODE_WEIGHTS))
+
+    module = DetectionPostprocess(settings, 3, 300)
+    every_anchor = module(xywh_to_xyxy(decode_boxes(codes, anchors, BOX_CODE_WEIGHTS)), scores)
+    candidates_only = module(codes, scores, decode=decode)
+    assert int(every_anchor[0].sum()) > 10
+    for name, late, early in zip(OUTPUT_NAMES, candidates_only, every_anchor, strict=True):
+        torch.testing.assert_close(late, early, rtol=0, atol=1e-6, msg=name)
+    with pytest.raises(ValueError, match="one box code per anchor"):
+        module(codes.unsqueeze(1).expand(-1, 3, -1, -1), scores, decode=decode)

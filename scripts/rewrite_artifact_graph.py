@@ -1,13 +1,17 @@
-"""Rewrite an exported artifact's global pre-NMS TopK to the current graph: scores at or below the
-score threshold become -1 BEFORE the TopK, as ``exporters.onnx.postprocess_graph`` now exports it.
+"""Rewrite an exported artifact's graph in place to the form new exports have, keeping its outputs.
 
-The selection is the same (the candidates above the threshold, in the same order; the -1 rows were masked
-after the TopK before and are never kept), and OpenVINO's TopK over mostly equal values runs ~10x faster
-(docs/cpu-inference.md). The rewrite is accepted only if every output of the artifact is bit-for-bit equal
-before and after, on ONNX Runtime and on OpenVINO, for every image of ``--data``'s split; a variant whose
-``parent`` is rewritten in the same call gets its parent's new file hash.
+The rewrites are in ``exporters.onnx.graph_rewrites``:
 
-    .venv/bin/python scripts/mask_scores_before_topk.py models/efficientdet-d0-synth/1 \\
+- ``mask-scores-before-topk``: scores at or below the score threshold become -1 BEFORE the global pre-NMS
+  TopK (the same candidates in the same order; OpenVINO's TopK over mostly equal values runs ~10x faster);
+- ``decode-candidates-only``: box decoding runs on the pre-NMS candidates' codes instead of every anchor.
+
+A rewrite is accepted only if every output of the artifact is bit-for-bit equal before and after, on ONNX
+Runtime and on OpenVINO, for every image of ``--data``'s split; otherwise the artifact is left as it was.
+The manifest lists the change under ``provenance.export_settings.revisions``; a variant whose ``parent`` is
+rewritten in the same call gets its parent's new file hash.
+
+    .venv/bin/python scripts/rewrite_artifact_graph.py REWRITE models/efficientdet-d0-synth/1 \\
         models/efficientdet-d0-synth-int8/1 --data DATA [--split val] [--max-images 200]
 
 ``DATA``: a COCO-format folder (``detect-train synth --out DATA --num-train 0 --num-val 200 --seed 0``).
@@ -19,55 +23,28 @@ import argparse
 import datetime as dt
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
 
 from contract.geometry import resize_for_network
 from contract.manifest import Manifest, Parent
+from exporters.onnx import graph_rewrites
 from service.served import decode_image, load_backend
 from training.checkpoint import sha256_file
 
-TOPK_NODE = "/postprocess/TopK"  # the global pre-NMS TopK (pre_nms_topk), as the exporter names it
-CHANGE = "scores at or below score_threshold set to -1 before the global pre-NMS TopK"
-
-
-def rewrite(model: onnx.ModelProto, score_threshold: float) -> onnx.ModelProto:
-    """A copy of ``model`` with Greater + Where in front of its global pre-NMS TopK's scores."""
-    model = onnx.ModelProto.FromString(model.SerializeToString())
-    graph = model.graph
-    topk = next((node for node in graph.node if node.name == TOPK_NODE), None)
-    if topk is None:
-        raise SystemExit(f"no {TOPK_NODE} node: not a global pre-NMS top-k export")
-    if any(node.name == "/postprocess/MaskBeforeTopK" for node in graph.node):
-        raise SystemExit("already rewritten")
-    scores = topk.input[0]
-    graph.initializer.extend(
-        [
-            numpy_helper.from_array(np.array(score_threshold, np.float32), "mask_before_topk_threshold"),
-            numpy_helper.from_array(np.array(-1.0, np.float32), "mask_before_topk_fill"),
-        ]
-    )
-    at = list(graph.node).index(topk)
-    above = helper.make_node(
-        "Greater",
-        [scores, "mask_before_topk_threshold"],
-        ["mask_before_topk_above"],
-        name="/postprocess/Above",
-    )
-    masked = helper.make_node(
-        "Where",
-        ["mask_before_topk_above", scores, "mask_before_topk_fill"],
-        ["mask_before_topk_scores"],
-        name="/postprocess/MaskBeforeTopK",
-    )
-    graph.node.insert(at, masked)
-    graph.node.insert(at, above)
-    topk.input[0] = "mask_before_topk_scores"
-    onnx.checker.check_model(model)
-    return model
+REWRITES: dict[str, tuple[str, Callable[[onnx.ModelProto, Manifest], onnx.ModelProto]]] = {
+    "mask-scores-before-topk": (
+        "scores at or below score_threshold set to -1 before the global pre-NMS TopK",
+        lambda model, manifest: graph_rewrites.mask_scores_before_topk(model, manifest.score_threshold),
+    ),
+    "decode-candidates-only": (
+        "box decoding after the pre-NMS gather, on the candidates' codes only",
+        lambda model, manifest: graph_rewrites.decode_candidates_only(model),
+    ),
+}
 
 
 def network_images(manifest: Manifest, data: Path, split: str, limit: int) -> list[np.ndarray]:
@@ -94,13 +71,13 @@ def compare(before: Path, after: Path, images: list[np.ndarray]) -> dict[str, in
     return differ
 
 
-def record(manifest: Manifest, images: int, split: str, data: Path) -> Manifest:
+def record(manifest: Manifest, change: str, images: int, split: str, data: Path) -> Manifest:
     settings = manifest.provenance.export_settings
     revisions = [
         *settings.get("revisions", []),
         {
-            "change": CHANGE,
-            "by": "scripts/mask_scores_before_topk.py",
+            "change": change,
+            "by": "scripts/rewrite_artifact_graph.py",
             "at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "verified": f"all outputs bit-for-bit equal on {images} images of {data.name}/{split}, "
             "ONNX Runtime and OpenVINO",
@@ -116,11 +93,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("rewrite", choices=sorted(REWRITES))
     parser.add_argument("artifacts", type=Path, nargs="+", help="version folders, parents before variants")
     parser.add_argument("--data", type=Path, required=True)
     parser.add_argument("--split", default="val")
     parser.add_argument("--max-images", type=int, default=200)
     args = parser.parse_args()
+    change, rewrite = REWRITES[args.rewrite]
     new_hashes: dict[tuple[str, str], str] = {}
     for folder in args.artifacts:
         manifest = Manifest.read(folder)
@@ -128,16 +107,18 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             candidate = Path(tmp) / folder.name
             shutil.copytree(folder, candidate)
-            onnx.save(
-                rewrite(onnx.load(str(model_path)), manifest.score_threshold), str(candidate / manifest.file)
-            )
+            try:
+                rewritten = rewrite(onnx.load(str(model_path)), manifest)
+            except ValueError as error:
+                raise SystemExit(f"{folder}: {error}") from None
+            onnx.save(rewritten, str(candidate / manifest.file))
             images = network_images(manifest, args.data, args.split, args.max_images)
             differ = compare(folder, candidate, images)
             print(f"{folder}: images with any output changed, of {len(images)}: {differ}")
             if any(differ.values()):
                 raise SystemExit(f"{folder}: outputs changed; artifact left as it was")
             shutil.copyfile(candidate / manifest.file, model_path)
-        manifest = record(manifest, len(images), args.split, args.data)
+        manifest = record(manifest, change, len(images), args.split, args.data)
         if manifest.parent is not None and (manifest.parent.name, manifest.parent.version) in new_hashes:
             parent = manifest.parent
             sha = new_hashes[(parent.name, parent.version)]
