@@ -12,6 +12,7 @@ raises), opens them once the pipeline exists, and stops every session first on s
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -34,6 +35,7 @@ from service.pipeline.shadow import ShadowRunner
 from service.runtime.admission import Resources
 from service.runtime.backends import BackendFactory, create_backend
 from service.runtime.batching.inline import InlineWork
+from service.runtime.heap import freeze_startup_heap, unfreeze_heap
 from service.runtime.metrics import ServiceMetrics, serve_metrics
 from service.runtime.model_control import ModelControl
 from service.runtime.model_runtime import ModelRuntime
@@ -46,12 +48,21 @@ from service.v2 import repository_routes as v2_repository
 from service.v2 import routes as v2_models
 from service.video.tracking import Tracker, TrackerConfig
 
+logger = logging.getLogger(__name__)
+
 
 def _package_version() -> str:
     try:
         return version("detect")
     except PackageNotFoundError:  # running from a source tree that was not installed
         return "0+unknown"
+
+
+async def _freeze_when_loaded(runtime: ModelRuntime) -> None:
+    """Once every startup model is loaded and warmed, freeze the heap out of full collections."""
+    await runtime.wait_loaded()
+    frozen = freeze_startup_heap()
+    logger.info("garbage collector: %d startup objects frozen out of full collections", frozen)
 
 
 def _stream_tracker(fps: float) -> FrameTracker:
@@ -105,7 +116,9 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
             if settings.metrics_port is not None
             else None
         )
+        service_metrics.gc_pauses.install()
         runtime.start_loading()
+        heap_frozen = asyncio.create_task(_freeze_when_loaded(runtime)) if settings.gc_freeze else None
         control.start_polling()
         stream_manager.start(app.state.pipeline)
         grpc_server = None
@@ -127,6 +140,11 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
             await control.stop()
             await shadow.stop()
             await runtime.stop(settings.drain_timeout_s)
+            if heap_frozen is not None:
+                heap_frozen.cancel()
+                await asyncio.gather(heap_frozen, return_exceptions=True)
+                unfreeze_heap()
+            service_metrics.gc_pauses.remove()
             await asyncio.to_thread(capture.stop)  # after the drain: what the last requests queued is written
             executor.shutdown(wait=True, cancel_futures=True)
             if metrics_server is not None:

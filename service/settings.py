@@ -98,6 +98,10 @@ class Settings(BaseSettings):
     # at half capacity (docs/cpu-inference.md, "Inline when idle").
     inline_max_ms: float = Field(default=0.0, ge=0)
     inline_max_pixels: int = Field(default=1_000_000, ge=0)
+    # Once the models at startup are loaded and warmed, freeze the heap out of the garbage collector's full
+    # collections (gc.freeze; unfrozen on shutdown): those took 60-90 ms with every Python thread stopped,
+    # ~1.5 ms after it (service/runtime/heap.py, docs/cpu-inference.md "Garbage-collector pauses").
+    gc_freeze: bool = True
     model_overrides: dict[str, ModelOverride] = Field(default_factory=dict)
 
     # A request that cannot start inference within this time of arriving is answered 504.

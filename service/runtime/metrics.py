@@ -35,6 +35,7 @@ from prometheus_client import (
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from service.runtime.batching.batcher import CLOSE_REASONS
+from service.runtime.heap import GcPauses
 from service.runtime.quality_metrics import QualityMetrics
 
 if TYPE_CHECKING:
@@ -175,6 +176,8 @@ class ServiceMetrics:
         )
         self._memory_baseline = 0
         self._memory_budgets = 0
+        # How long each garbage collection stopped every Python thread (installed by the app's lifespan).
+        self.gc_pauses = GcPauses(r)
         # What the models output, beside their manifests' baselines (service/runtime/quality_metrics.py).
         self.quality = QualityMetrics()
         r.register(self.quality)

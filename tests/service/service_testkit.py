@@ -267,6 +267,9 @@ def make_settings(repo: Path, **overrides: object) -> Settings:
         "intra_op_threads": 1,
         "inter_op_threads": 1,
         "access_log": False,
+        # Each app would collect and freeze the whole test process's heap at startup; tests/service/runtime/
+        # test_heap.py turns it on, and the real servers the tests start keep the default.
+        "gc_freeze": False,
     }
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]
