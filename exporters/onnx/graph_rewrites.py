@@ -157,11 +157,21 @@ def decode_candidates_only(model: onnx.ModelProto) -> onnx.ModelProto:
     kept = [node for node in graph.node if node is not boxes_gather] + new_nodes
     del graph.node[:]
     graph.node.extend(_topological(kept, graph))
+    _drop_unused_constants(graph)  # the per-anchor tables replaced by their gathered copies
     try:  # shape inference too: an anchor constant the rewrite misread shows as a broadcast error
         onnx.checker.check_model(model, full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as error:
         raise ValueError(f"the rewritten graph is not valid: {error}") from None
     return model
+
+
+def _drop_unused_constants(graph: onnx.GraphProto) -> None:
+    """Remove initializers and Constant nodes nothing reads any more (runtimes warn about them)."""
+    used = {name for node in graph.node for name in node.input} | {out.name for out in graph.output}
+    for init in [init for init in graph.initializer if init.name not in used]:
+        graph.initializer.remove(init)
+    for node in [n for n in graph.node if n.op_type == "Constant" and n.output[0] not in used]:
+        graph.node.remove(node)
 
 
 def _node(graph: onnx.GraphProto, name: str, missing: str) -> onnx.NodeProto:

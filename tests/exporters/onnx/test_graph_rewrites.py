@@ -68,6 +68,8 @@ def test_decode_candidates_only_keeps_every_output_bit_for_bit(graphs: dict[str,
         for name in (out.name for out in before.graph.output):
             assert np.array_equal(old[name], new[name]), name
         # The decoding ran on the 3,000 candidates instead of all 3,069 anchors (128 px, five levels).
+        used = {name for node in after.graph.node for name in node.input}
+        assert all(init.name in used for init in after.graph.initializer)  # no table left behind
         assert old[exp.output[0]].shape == (3, 3069, 2) and new[exp.output[0]].shape == (3, 3000, 2)
 
 
