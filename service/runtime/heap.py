@@ -40,7 +40,9 @@ class GcPauses:
     """``detect_gc_pause_seconds{generation}``: how long each collection held every Python thread.
 
     Timed with ``gc.callbacks`` (the callback runs with the GIL held, so collections never overlap);
-    :meth:`install` on startup, :meth:`remove` on shutdown.
+    :meth:`install` on startup, :meth:`remove` on shutdown. The callback may run inside any allocation,
+    so it must not wait for a lock its own thread could hold: prometheus-client holds a value's lock only
+    around float arithmetic, which allocates nothing the collector tracks, so no collection starts there.
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
