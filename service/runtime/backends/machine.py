@@ -11,6 +11,7 @@ import shutil
 import subprocess
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 
 @lru_cache(maxsize=1)
@@ -43,14 +44,29 @@ def onnxruntime_providers() -> list[str]:
 
 
 @lru_cache(maxsize=1)
+def openvino_core() -> Any:
+    """The process's one ``openvino.Core``, shared by every OpenVINO backend and probe (openvino must be
+    installed).
+
+    One per process, never one per model: each Core starts a CPU plugin of its own, which installs its
+    own signal stack (``sigaltstack``) on the calling thread and, when it is destroyed, puts back the one
+    it found. Two Cores destroyed in the order they were created (a model unloaded before one loaded after
+    it) leave the thread on the first plugin's freed stack, and the next signal delivered to that thread
+    (SIGCHLD, SIGTERM) kills the process with SIGSEGV, or writes over whatever memory took that place
+    (OpenVINO 2026.4; `tests/service/runtime/backends/test_machine.py` runs it). A shared Core lives until
+    the process exits, so its plugin's stack is never freed under a thread."""
+    import openvino as ov
+
+    return ov.Core()
+
+
+@lru_cache(maxsize=1)
 def openvino_cpu_capabilities() -> tuple[str, ...]:
     """OpenVINO's ``OPTIMIZATION_CAPABILITIES`` of this CPU (``FP32``, ``INT8``, ``BF16`` where it has bf16
     units: AVX-512 BF16 or AMX); empty without openvino."""
     if not openvino_available():
         return ()
-    import openvino as ov
-
-    return tuple(ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+    return tuple(openvino_core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
 
 
 def cpu_has_bf16() -> bool:

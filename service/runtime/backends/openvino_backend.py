@@ -31,6 +31,7 @@ from service.runtime.backends.base import Backend, BackendLoadError
 from service.runtime.backends.machine import (
     INT8_DOT_PRODUCT_FLAGS,
     cpu_has_int8_dot_product,
+    openvino_core,
     openvino_cpu_capabilities,
 )
 
@@ -134,10 +135,11 @@ class OpenVinoBackend(Backend):
         }
         if threads > 0:
             config["INFERENCE_NUM_THREADS"] = threads
-        core = ov.Core()
+        core = openvino_core()
         self.cache_dir = _usable_cache_dir(cache_dir)
         if self.cache_dir is not None:
-            core.set_property({"CACHE_DIR": str(self.cache_dir)})
+            # A compile property, not a Core one: the Core is shared by every backend in the process.
+            config["CACHE_DIR"] = str(self.cache_dir)
         started = time.perf_counter()
         try:
             # Compiling from the path lets a cache hit skip reading and converting the graph entirely.
