@@ -148,12 +148,14 @@ class LoadedModel:
         self.state = "stopped"
 
     def warmup(self) -> None:
-        """Run a batch of 1 and a full batch of black images on every stream of the runtime (a backend
-        hands out its infer requests in turn): first runs allocate memory and pick kernels, so the memory a
-        model holds is reached before it reports ready."""
+        """Run a batch of 1, a full batch and every static-shape batch size of black images on every stream
+        of the runtime (a backend hands out its infer requests in turn): first runs allocate memory and pick
+        kernels, so the memory a model holds is reached before it reports ready."""
         assert self.backend is not None
         spec = self.manifest.input
-        for size in sorted({1, self.batching.max_batch_size}):
+        limit = self.batching.max_batch_size
+        static = {size for size in self.backend.static_batch_sizes if size <= limit}
+        for size in sorted({1, limit} | static):
             for _ in range(self.backend.streams):
                 self.backend.infer(np.zeros((size, spec.height, spec.width, 3), dtype=np.uint8))
 

@@ -50,12 +50,19 @@ def test_constructor_arguments_beat_the_environment(monkeypatch: pytest.MonkeyPa
         ("DETECT_MAX_BATCH_SIZE", "0"),
         ("DETECT_BACKEND", "tpu"),
         ("DETECT_MODEL_OVERRIDES", '{"m": {"max_batch": 2}}'),
+        ("DETECT_OPENVINO_STATIC_BATCH_SIZES", "0"),
+        ("DETECT_OPENVINO_STATIC_BATCH_SIZES", "1,x"),
     ],
 )
 def test_bad_values_are_rejected(monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> None:
     monkeypatch.setenv(name, value)
     with pytest.raises(ValidationError):
         Settings()
+
+
+@pytest.mark.parametrize(("value", "sizes"), [("1", (1,)), ("", ()), ("8, 1,2,,1", (1, 2, 8))])
+def test_static_batch_sizes_parse(value: str, sizes: tuple[int, ...]) -> None:
+    assert Settings(openvino_static_batch_sizes=value).openvino_static_batches == sizes
 
 
 def test_batching_for_applies_overrides_and_the_artifact_cap() -> None:

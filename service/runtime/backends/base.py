@@ -44,6 +44,8 @@ class Backend(ABC):
         self.dynamic_batch: bool = manifest.dynamic_batch
         # Inferences the runtime runs side by side (OpenVINO streams); the batcher runs one worker each.
         self.streams: int = 1
+        # Batch sizes with a graph of their own (OpenVINO's static shapes); warmup runs each of them.
+        self.static_batch_sizes: tuple[int, ...] = ()
         # Floating-point precision the runtime computes in (f32 | f16 | bf16; for an INT8 artifact, that of
         # the layers left unquantized). Runtimes that can change it set what they read back.
         self.inference_precision: str = _FLOAT_PRECISION.get(manifest.precision, manifest.precision)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import queue
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -108,6 +109,7 @@ class OpenVinoBackend(Backend):
         precision: str = "manifest",
         cache_dir: Path | None = None,
         streams: int = 1,
+        static_batch_sizes: tuple[int, ...] = (),
     ):
         super().__init__(manifest)
         try:
@@ -128,6 +130,8 @@ class OpenVinoBackend(Backend):
             )
         if streams < 1:
             raise BackendLoadError(f"openvino streams must be >= 1, not {streams}")
+        if any(size < 1 for size in static_batch_sizes):
+            raise BackendLoadError(f"openvino static batch sizes must be >= 1, not {static_batch_sizes}")
         config: dict[str, Any] = {
             "INFERENCE_PRECISION_HINT": hint,
             "PERFORMANCE_HINT": "LATENCY" if streams == 1 else "THROUGHPUT",
@@ -146,7 +150,6 @@ class OpenVinoBackend(Backend):
             self._compiled = core.compile_model(str(model_path), "CPU", config)
         except Exception as exc:
             raise BackendLoadError(f"{model_path}: openvino cannot load it: {exc}") from exc
-        self.load_seconds = time.perf_counter() - started
         self._check_graph(model_path)
         self.inference_precision = _type_name(self._compiled.get_property("INFERENCE_PRECISION_HINT"))
         if self.inference_precision != hint:
@@ -155,21 +158,46 @@ class OpenVinoBackend(Backend):
                 f"{self.inference_precision}"
             )
         self.streams = int(self._compiled.get_property("NUM_STREAMS"))
-        # One infer request per stream; each `infer` call borrows one (the batch workers call concurrently).
-        # First in, first out: calls one after another take the requests in turn (warmup relies on it).
-        self._requests: queue.SimpleQueue[Any] | None = queue.SimpleQueue()
-        for _ in range(self.streams):
-            self._requests.put(self._compiled.create_infer_request())
+        # Static-shape graphs for the batch sizes asked for: the CPU plugin prepares a dynamic graph again
+        # whenever the batch size changes, and runs it slower even when it does not (docs/cpu-inference.md,
+        # "Static batch shapes").
+        static = {
+            size: self._compile_static(core, model_path, size, config) for size in static_batch_sizes
+        }
+        self.static_batch_sizes = tuple(sorted(static))
+        self.load_seconds = time.perf_counter() - started
+        # One request pool per graph; a batch runs on its size's static graph, or else the dynamic one.
+        self._requests: dict[int | None, _RequestPool] | None = {
+            size: _RequestPool(compiled, self.streams, self.manifest.outputs)
+            for size, compiled in [(None, self._compiled), *static.items()]
+        }
         logger.info(
-            "openvino %s: %s loaded in %.2fs (%s, %d stream%s, compile cache %s)",
+            "openvino %s: %s loaded in %.2fs (%s, %d stream%s, static batch sizes %s, compile cache %s)",
             self._version,
             model_path,
             self.load_seconds,
             self.inference_precision,
             self.streams,
             "" if self.streams == 1 else "s",
+            ",".join(map(str, self.static_batch_sizes)) or "none",
             self.cache_dir or "off",
         )
+
+    def _compile_static(self, core: Any, model_path: Path, size: int, config: dict[str, Any]) -> Any:
+        """The artifact compiled with its batch dimension fixed at ``size`` (same settings otherwise)."""
+        try:
+            model = core.read_model(str(model_path))
+            shape = model.input(0).get_partial_shape()
+            shape[0] = size
+            model.reshape({model.input(0): shape})
+            compiled = core.compile_model(model, "CPU", config)
+        except Exception as exc:
+            raise BackendLoadError(
+                f"{model_path}: openvino cannot compile it at batch size {size}: {exc}"
+            ) from exc
+        if int(compiled.get_property("NUM_STREAMS")) != self.streams:
+            raise BackendLoadError(f"{model_path}: the batch-{size} graph got a different number of streams")
+        return compiled
 
     def _check_graph(self, model_path: Path) -> None:
         inputs = self._compiled.inputs
@@ -183,27 +211,41 @@ class OpenVinoBackend(Backend):
         missing = [n for n in self.manifest.outputs if n not in graph_outputs]
         if missing:
             raise BackendLoadError(f"{model_path}: graph has no outputs {missing} that the manifest lists")
-        self._outputs = {name: self._compiled.output(name) for name in self.manifest.outputs}
 
     @property
     def description(self) -> str:
         return f"openvino[{self._version},CPU,{self.inference_precision}]"
 
     def _run(self, inputs: np.ndarray) -> dict[str, np.ndarray]:
-        # share_outputs=False: the results outlive this call while the request's buffers are reused.
-        requests = self._requests
-        if requests is None:
+        pools = self._requests
+        if pools is None:
             raise BackendError("the model was unloaded")
-        request = requests.get()
-        try:
-            results = request.infer({0: inputs}, share_inputs=True, share_outputs=False)
-        finally:
-            requests.put(request)
-        return {name: results[port] for name, port in self._outputs.items()}
+        return pools.get(len(inputs), pools[None]).infer(inputs)
 
     def close(self) -> None:
         self._requests = None
         self._compiled = None
+
+
+class _RequestPool:
+    """One compiled graph's infer requests, one per stream, and its output ports by contract name."""
+
+    def __init__(self, compiled: Any, streams: int, outputs: Sequence[str]) -> None:
+        # First in, first out: calls one after another take the requests in turn (warmup relies on it).
+        self._requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        for _ in range(streams):
+            self._requests.put(compiled.create_infer_request())
+        self._ports = {name: compiled.output(name) for name in outputs}
+
+    def infer(self, inputs: np.ndarray) -> dict[str, np.ndarray]:
+        """Borrow a request (the batch workers call concurrently), run ``inputs``, give it back."""
+        request = self._requests.get()
+        try:
+            # share_outputs=False: the results outlive this call while the request's buffers are reused.
+            results = request.infer({0: inputs}, share_inputs=True, share_outputs=False)
+        finally:
+            self._requests.put(request)
+        return {name: results[port] for name, port in self._ports.items()}
 
 
 def _usable_cache_dir(cache_dir: Path | None) -> Path | None:

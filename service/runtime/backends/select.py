@@ -147,6 +147,7 @@ def create_backend(entry: ModelEntry, settings: Settings) -> Backend:
             precision=settings.openvino_precision,
             cache_dir=settings.openvino_cache_dir,
             streams=settings.openvino_streams,
+            static_batch_sizes=_static_batch_sizes(entry, settings),
         )
     from service.runtime.backends.onnxruntime_backend import OnnxRuntimeBackend
 
@@ -181,3 +182,12 @@ def load_artifact(
     entry = ModelEntry(name=manifest.name, version=manifest.version, directory=version_dir, manifest=manifest)
     settings = (settings or Settings()).model_copy(update={"backend": backend})
     return create_backend(entry, settings)
+
+
+def _static_batch_sizes(entry: ModelEntry, settings: Settings) -> tuple[int, ...]:
+    """The static-shape batch sizes to compile for ``entry``: the setting's, up to the model's max batch
+    size; none for an artifact without a dynamic batch dimension (its one shape is static already)."""
+    if not entry.manifest.dynamic_batch:
+        return ()
+    limit = settings.batching_for(entry.name, entry.manifest.max_batch_size).max_batch_size
+    return tuple(size for size in settings.openvino_static_batches if size <= limit)

@@ -373,3 +373,62 @@ def test_warmup_runs_every_stream_at_every_warm_size(tmp_path: Path) -> None:
     model.backend = backend
     model.warmup()
     assert sorted(sizes) == [1, 1, 4, 4]
+
+
+def test_static_batch_sizes_get_their_own_graphs_with_the_same_outputs(tmp_path: Path) -> None:
+    """DETECT_OPENVINO_STATIC_BATCH_SIZES: a batch of a listed size runs on its own static-shape graph,
+    any other size on the dynamic one, and every answer equals ONNX Runtime's, also from two streams."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    version_dir = add_toy_model(tmp_path / "repo", "toy")
+    openvino, onnxruntime = pair(
+        version_dir, tmp_path, openvino_static_batch_sizes="2,1", openvino_streams=2, intra_op_threads=2
+    )
+    assert openvino.static_batch_sizes == (1, 2)
+    assert openvino._requests is not None and set(openvino._requests) == {None, 1, 2}
+    rng = np.random.default_rng(5)
+    batches = [rng.integers(0, 256, (n, 64, 64, 3), dtype=np.uint8) for n in (1, 2, 3, 1, 4, 2)]
+    with ThreadPoolExecutor(2) as pool:
+        outputs = list(pool.map(openvino.infer, batches * 3))
+    for images, got in zip(batches * 3, outputs, strict=True):
+        assert_same_outputs(got, onnxruntime.infer(images), atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("setting", "max_batch_size", "toy", "expected"),
+    [
+        ("1", 8, {}, (1,)),  # the default
+        ("", 8, {}, ()),
+        ("1,2,4,8,16", 4, {}, (1, 2, 4)),  # above the model's max batch size: skipped
+        ("1,2", 8, {"batch": 4}, ()),  # a fixed-batch artifact has one static shape already
+    ],
+)
+def test_which_static_batch_sizes_a_model_gets(
+    tmp_path: Path, setting: str, max_batch_size: int, toy: dict[str, object], expected: tuple[int, ...]
+) -> None:
+    add_toy_model(tmp_path / "repo", "toy", **toy)  # type: ignore[arg-type]
+    (entry,) = scan_repository(tmp_path / "repo")
+    values = {"openvino_static_batch_sizes": setting, "max_batch_size": max_batch_size, "backend": "openvino"}
+    backend = create_backend(entry, settings(tmp_path, **values))
+    assert backend.static_batch_sizes == expected
+
+
+def test_warmup_runs_the_static_batch_sizes_too(tmp_path: Path) -> None:
+    from service.runtime.model_runtime import LoadedModel
+    from service.settings import BatchingConfig
+
+    version_dir = add_toy_model(tmp_path / "repo", "toy")
+    backend = load_artifact(version_dir, "openvino", settings(tmp_path, openvino_static_batch_sizes="1,2"))
+    sizes: list[int] = []
+    original = backend._run
+
+    def counting(inputs: np.ndarray) -> dict[str, np.ndarray]:
+        sizes.append(inputs.shape[0])
+        return original(inputs)
+
+    backend._run = counting  # type: ignore[method-assign]
+    (entry,) = scan_repository(tmp_path / "repo")
+    model = LoadedModel(entry, BatchingConfig(4, 0.005, 8), metrics=None)  # type: ignore[arg-type]
+    model.backend = backend
+    model.warmup()
+    assert sorted(sizes) == [1, 2, 4]
