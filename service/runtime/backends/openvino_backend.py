@@ -161,9 +161,7 @@ class OpenVinoBackend(Backend):
         # Static-shape graphs for the batch sizes asked for: the CPU plugin prepares a dynamic graph again
         # whenever the batch size changes, and runs it slower even when it does not (docs/cpu-inference.md,
         # "Static batch shapes").
-        static = {
-            size: self._compile_static(core, model_path, size, config) for size in static_batch_sizes
-        }
+        static = {size: self._compile_static(core, model_path, size, config) for size in static_batch_sizes}
         self.static_batch_sizes = tuple(sorted(static))
         self.load_seconds = time.perf_counter() - started
         # One request pool per graph; a batch runs on its size's static graph, or else the dynamic one.
