@@ -2,12 +2,14 @@
 summed by operation type and kernel, on random images at the network's size.
 
     .venv/bin/python scripts/openvino_profile.py ARTIFACT_DIR [--batch-size 1] [--threads 2] [--calls 50] \\
-        [--precision f32|bf16] [--top 15]
+        [--precision f32|bf16] [--top 15] [--static]
 
 The model is compiled as the service's OpenVINO backend compiles it for that precision (INT8 artifacts run
 their quantized layers in INT8 whatever the precision hint says); the wall time per call is printed first,
 then the top kernels by time (``Convolution:brgconv_avx512_1x1_i8`` is an INT8 1x1 convolution, a ``ref``
-kernel is OpenVINO's slow reference implementation).
+kernel is OpenVINO's slow reference implementation). ``--static`` compiles the graph with its batch
+dimension fixed at ``--batch-size``, as the backend's static-shape graphs
+(``DETECT_OPENVINO_STATIC_BATCH_SIZES``).
 """
 
 from __future__ import annotations
@@ -24,12 +26,18 @@ from contract.manifest import Manifest
 
 
 def profile(
-    artifact: Path, batch_size: int, threads: int, calls: int, precision: str
+    artifact: Path, batch_size: int, threads: int, calls: int, precision: str, static: bool = False
 ) -> tuple[float, collections.Counter[str]]:
     """(milliseconds per call, {"Type:kernel": milliseconds summed over one call})."""
     manifest = Manifest.read(artifact)
     config = {"PERF_COUNT": True, "INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": precision}
-    compiled = ov.Core().compile_model(str(artifact / manifest.file), "CPU", config)
+    core = ov.Core()
+    model = core.read_model(str(artifact / manifest.file))
+    if static:
+        shape = model.input(0).get_partial_shape()
+        shape[0] = batch_size
+        model.reshape({model.input(0): shape})
+    compiled = core.compile_model(model, "CPU", config)
     request = compiled.create_infer_request()
     shape = (batch_size, manifest.input.height, manifest.input.width, 3)
     images = np.random.default_rng(0).integers(0, 256, size=shape, dtype=np.uint8)
@@ -55,8 +63,11 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=50)
     parser.add_argument("--precision", choices=["f32", "bf16"], default="f32")
     parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--static", action="store_true", help="batch dimension fixed at --batch-size")
     args = parser.parse_args()
-    per_call_ms, kernels = profile(args.artifact, args.batch_size, args.threads, args.calls, args.precision)
+    per_call_ms, kernels = profile(
+        args.artifact, args.batch_size, args.threads, args.calls, args.precision, args.static
+    )
     total = sum(kernels.values())
     print(f"{args.artifact}: {per_call_ms:.2f} ms per call at batch {args.batch_size}", end=", ")
     print(f"{total:.2f} ms in operations")

@@ -4,7 +4,9 @@ The rewrites are in ``exporters.onnx.graph_rewrites``:
 
 - ``mask-scores-before-topk``: scores at or below the score threshold become -1 BEFORE the global pre-NMS
   TopK (the same candidates in the same order; OpenVINO's TopK over mostly equal values runs ~10x faster);
-- ``decode-candidates-only``: box decoding runs on the pre-NMS candidates' codes instead of every anchor.
+- ``decode-candidates-only``: box decoding runs on the pre-NMS candidates' codes instead of every anchor;
+- ``sigmoid-after-topk``: the masked global TopK runs over the class logits and the sigmoid over its
+  candidates only (after ``mask-scores-before-topk``).
 
 A rewrite is accepted only if every output of the artifact is bit-for-bit equal before and after, on ONNX
 Runtime and on OpenVINO, for every image of ``--data``'s split; otherwise the artifact is left as it was.
@@ -43,6 +45,10 @@ REWRITES: dict[str, tuple[str, Callable[[onnx.ModelProto, Manifest], onnx.ModelP
     "decode-candidates-only": (
         "box decoding after the pre-NMS gather, on the candidates' codes only",
         lambda model, manifest: graph_rewrites.decode_candidates_only(model),
+    ),
+    "sigmoid-after-topk": (
+        "global pre-NMS TopK over the class logits, sigmoid over its candidates only",
+        lambda model, manifest: graph_rewrites.sigmoid_after_topk(model, manifest.score_threshold),
     ),
 }
 

@@ -54,7 +54,9 @@ class DetectionGraph(nn.Module):
         self.preprocess = wrapper.preprocess()
         self.network = wrapper.network
         self.decoder = wrapper.decoder()
-        self.postprocess = DetectionPostprocess(settings, wrapper.num_classes, wrapper.num_anchors)
+        # Decoders that leave the sigmoid to the post-processing (taken on the candidates only).
+        logits = getattr(self.decoder, "scores_are_logits", False)
+        self.postprocess = DetectionPostprocess(settings, wrapper.num_classes, wrapper.num_anchors, logits)
         self.masks = wrapper.mask_head()
         self.raw_outputs = raw_outputs
 

@@ -154,3 +154,21 @@ def test_decoding_the_candidates_only_gives_the_same_detections(pre_nms_topk: in
         torch.testing.assert_close(late, early, rtol=0, atol=1e-6, msg=name)
     with pytest.raises(ValueError, match="one box code per anchor"):
         module(codes.unsqueeze(1).expand(-1, 3, -1, -1), scores, decode=decode)
+
+
+def test_logits_take_the_sigmoid_of_the_candidates_only() -> None:
+    """``logits=True`` (EfficientDet's global top-k): the TopK over the logits, masked at the threshold's
+    logit, then the sigmoid of the candidates gives the detections of the TopK over sigmoid scores; it is
+    refused for the per-class TopK, which has no such form."""
+    settings = PostprocessSettings(score_threshold=0.3, topk_per_class=30, max_detections=20, pre_nms_topk=40)
+    gen = torch.Generator().manual_seed(6)
+    xy = torch.rand(2, 300, 2, generator=gen)
+    boxes = torch.cat([xy, xy + 0.1 + 0.2 * torch.rand(2, 300, 2, generator=gen)], dim=2)
+    logits = 2.0 * torch.randn(2, 3, 300, generator=gen)
+    from_scores = DetectionPostprocess(settings, 3, 300)(boxes, logits.sigmoid())
+    from_logits = DetectionPostprocess(settings, 3, 300, logits=True)(boxes, logits)
+    assert int(from_scores[0].sum()) > 10
+    for name, got, expected in zip(OUTPUT_NAMES, from_logits, from_scores, strict=True):
+        torch.testing.assert_close(got, expected, rtol=0, atol=0, msg=name)
+    with pytest.raises(ValueError, match="logits need the global pre-NMS TopK"):
+        DetectionPostprocess(PostprocessSettings(), 3, 300, logits=True)

@@ -1,10 +1,10 @@
-"""EfficientDet-D0 export wrapper: the five levels' class and box maps -> box codes and sigmoid scores.
+"""EfficientDet-D0 export wrapper: the five levels' class and box maps -> box codes and class logits.
 
 Graph: letterboxed uint8 image -> normalization -> network (outputs flattened to ``class_p3..class_p7``,
-``box_p3..box_p7``) -> decoder (sigmoid scores, box codes) -> the shared post-processing with a global
-pre-NMS top-k (``pre_nms_topk``, default 3000 < TensorRT's TopK limit of 3840; effdet uses 5000), whose
-candidates' codes the decoder turns into boxes (anchors in the graph as a constant, training's box
-decoding), class-aware NMS at IoU 0.5, 100 detections.
+``box_p3..box_p7``) -> decoder (class logits, box codes) -> the shared post-processing with a global
+pre-NMS top-k (``pre_nms_topk``, default 3000 < TensorRT's TopK limit of 3840; effdet uses 5000) over the
+logits, whose candidates' sigmoid gives the scores and whose codes the decoder turns into boxes (anchors
+in the graph as a constant, training's box decoding), class-aware NMS at IoU 0.5, 100 detections.
 
 The eager reference is training's EfficientDet post-processing (``training.detectors.efficientdet
 .postprocess``: effdet's top-k selection, the same decoding, class-aware NMS) with the export's
@@ -84,8 +84,8 @@ def fuse_by_adds(model: nn.Module) -> nn.Module:
 
 
 class EfficientDetDecoder(nn.Module):
-    """Ten raw maps -> box ``codes [B, A, 4]`` and ``scores [B, C, A]``; :meth:`decode_candidates` turns the
-    codes of the post-processing's candidates into boxes x1y1x2y2 normalized to the input.
+    """Ten raw maps -> box ``codes [B, A, 4]`` and class logits ``[B, C, A]``; :meth:`decode_candidates`
+    turns the codes of the post-processing's candidates into boxes x1y1x2y2 normalized to the input.
 
     Decoding only the candidates (3,000 of 12,276 anchors at 256 px) gives the same boxes: the decoding
     is per anchor. It took the decoder's reference-kernel Concat/Split and its Exp off OpenVINO's profile
@@ -93,6 +93,8 @@ class EfficientDetDecoder(nn.Module):
     """
 
     anchors: Tensor
+    # Class logits, not sigmoid scores: the post-processing takes the sigmoid of its TopK's candidates only.
+    scores_are_logits = True
 
     def __init__(self, anchors_cxcywh: Tensor, num_classes: int, image_size: int) -> None:
         super().__init__()
@@ -105,7 +107,7 @@ class EfficientDetDecoder(nn.Module):
 
         levels = len(raw) // 2
         logits, codes = flatten_outputs(list(raw[:levels]), list(raw[levels:]), self.num_classes)
-        return codes, logits.sigmoid().transpose(1, 2)  # (B, A, C) -> (B, C, A)
+        return codes, logits.transpose(1, 2)  # (B, A, C) -> (B, C, A)
 
     def decode_candidates(self, codes: Tensor, anchor_index: Tensor) -> Tensor:
         """``codes [B, N, 4]`` of the anchors ``anchor_index [B, N]`` -> boxes ``[B, N, 4]`` normalized."""
