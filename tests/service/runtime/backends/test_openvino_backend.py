@@ -353,13 +353,18 @@ def test_one_stream_by_default(tmp_path: Path) -> None:
 def test_warmup_runs_every_stream_at_every_warm_size(tmp_path: Path) -> None:
     """Each infer request allocates its own buffers on its first run of a size: warmup gives every
     stream both sizes, so a model's memory is reached before it reports ready."""
+    two_streams = settings(tmp_path, openvino_streams=2, intra_op_threads=2)
+    assert warmup_batch_sizes(tmp_path, two_streams, streams=2) == [1, 1, 4, 4]
+
+
+def warmup_batch_sizes(tmp_path: Path, backend_settings: Settings, streams: int = 1) -> list[int]:
+    """The batch sizes a toy model's warmup (max batch size 4) runs on the OpenVINO backend, sorted."""
     from service.runtime.model_runtime import LoadedModel
     from service.settings import BatchingConfig
 
     version_dir = add_toy_model(tmp_path / "repo", "toy")
-    two_streams = settings(tmp_path, openvino_streams=2, intra_op_threads=2)
-    backend = load_artifact(version_dir, "openvino", two_streams)
-    assert backend.streams == 2
+    backend = load_artifact(version_dir, "openvino", backend_settings)
+    assert backend.streams == streams
     sizes: list[int] = []
     original = backend._run
 
@@ -372,7 +377,7 @@ def test_warmup_runs_every_stream_at_every_warm_size(tmp_path: Path) -> None:
     model = LoadedModel(entry, BatchingConfig(4, 0.005, 8), metrics=None)  # type: ignore[arg-type]
     model.backend = backend
     model.warmup()
-    assert sorted(sizes) == [1, 1, 4, 4]
+    return sorted(sizes)
 
 
 def test_static_batch_sizes_get_their_own_graphs_with_the_same_outputs(tmp_path: Path) -> None:
@@ -414,21 +419,5 @@ def test_which_static_batch_sizes_a_model_gets(
 
 
 def test_warmup_runs_the_static_batch_sizes_too(tmp_path: Path) -> None:
-    from service.runtime.model_runtime import LoadedModel
-    from service.settings import BatchingConfig
-
-    version_dir = add_toy_model(tmp_path / "repo", "toy")
-    backend = load_artifact(version_dir, "openvino", settings(tmp_path, openvino_static_batch_sizes="1,2"))
-    sizes: list[int] = []
-    original = backend._run
-
-    def counting(inputs: np.ndarray) -> dict[str, np.ndarray]:
-        sizes.append(inputs.shape[0])
-        return original(inputs)
-
-    backend._run = counting  # type: ignore[method-assign]
-    (entry,) = scan_repository(tmp_path / "repo")
-    model = LoadedModel(entry, BatchingConfig(4, 0.005, 8), metrics=None)  # type: ignore[arg-type]
-    model.backend = backend
-    model.warmup()
-    assert sorted(sizes) == [1, 2, 4]
+    static = settings(tmp_path, openvino_static_batch_sizes="1,2")
+    assert warmup_batch_sizes(tmp_path, static) == [1, 2, 4]
