@@ -21,7 +21,8 @@ candidates are instead the ``pre_nms_topk`` best (anchor, class) scores over all
 the score threshold); NMS is still per class (class-aware), on those candidates only. With that
 global TopK, ``scores`` may also be per-class logits of a sigmoid (``logits=True``): the TopK then runs
 over the logits, masked at the threshold's logit, and the sigmoid over its ``pre_nms_topk`` values only
-(EfficientDet-D0 at 256: 3,000 instead of 73,656; the same candidates, the same scores).
+(EfficientDet-D0 at 256: 3,000 instead of 73,656; the same candidates and scores, except that logits
+whose sigmoids round to one float32 value keep their logits' order instead of tying).
 
 Why it stays cheap (a naive export spent ~90% of its time in NMS, see reference/measured-here.md):
 the per-class TopK bounds NonMaxSuppression's input to ``topk_per_class`` boxes per (image, class) (with

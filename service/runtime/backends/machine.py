@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import subprocess
+import threading
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,10 @@ def onnxruntime_providers() -> list[str]:
     return list(onnxruntime.get_available_providers())
 
 
-@lru_cache(maxsize=1)
+_CORE: Any = None  # openvino.Core, made on first use
+_CORE_LOCK = threading.Lock()
+
+
 def openvino_core() -> Any:
     """The process's one ``openvino.Core``, shared by every OpenVINO backend and probe (openvino must be
     installed).
@@ -54,10 +58,15 @@ def openvino_core() -> Any:
     it) leave the thread on the first plugin's freed stack, and the next signal delivered to that thread
     (SIGCHLD, SIGTERM) kills the process with SIGSEGV, or writes over whatever memory took that place
     (OpenVINO 2026.4; `tests/service/runtime/backends/test_machine.py` runs it). A shared Core lives until
-    the process exits, so its plugin's stack is never freed under a thread."""
-    import openvino as ov
+    the process exits, so its plugin's stack is never freed under a thread. Models loading on two threads
+    at once still get one Core (a lock, not a cache that could build two and drop one)."""
+    global _CORE
+    with _CORE_LOCK:
+        if _CORE is None:
+            import openvino as ov
 
-    return ov.Core()
+            _CORE = ov.Core()
+        return _CORE
 
 
 @lru_cache(maxsize=1)
