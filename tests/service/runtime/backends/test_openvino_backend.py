@@ -51,6 +51,25 @@ def assert_same_outputs(a: dict[str, np.ndarray], b: dict[str, np.ndarray], atol
         np.testing.assert_allclose(a[name], b[name], atol=atol, err_msg=name)
 
 
+def assert_concurrent_calls_match(
+    openvino: OpenVinoBackend,
+    onnxruntime: OnnxRuntimeBackend,
+    sizes: tuple[int, ...],
+    seed: int,
+    repeats: int,
+) -> None:
+    """Batches of ``sizes`` (64x64 toy images), ``repeats`` times over, run from two threads at once on
+    ``openvino``: each answer equals ONNX Runtime's for the same batch."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(seed)
+    batches = [rng.integers(0, 256, (n, 64, 64, 3), dtype=np.uint8) for n in sizes] * repeats
+    with ThreadPoolExecutor(2) as pool:
+        outputs = list(pool.map(openvino.infer, batches))
+    for images, got in zip(batches, outputs, strict=True):
+        assert_same_outputs(got, onnxruntime.infer(images), atol=1e-5)
+
+
 @pytest.mark.parametrize(
     "variant",
     [
@@ -328,21 +347,14 @@ def test_openvino_backend_imports_no_torch_or_onnx() -> None:
 def test_streams_run_concurrent_calls_with_the_same_outputs(tmp_path: Path) -> None:
     """DETECT_OPENVINO_STREAMS=2: two infer requests, called from two threads at once, each answer
     what one call alone answers (no shared request buffers), and the backend reports its streams."""
-    from concurrent.futures import ThreadPoolExecutor
-
     openvino, onnxruntime = pair(
         add_toy_model(tmp_path / "repo", "toy"), tmp_path, openvino_streams=2, intra_op_threads=2
     )
     assert openvino.streams == 2
-    rng = np.random.default_rng(3)
-    batches = [rng.integers(0, 256, (n, 64, 64, 3), dtype=np.uint8) for n in (1, 3, 2, 1, 4, 2)]
-    with ThreadPoolExecutor(2) as pool:
-        outputs = list(pool.map(openvino.infer, batches * 5))
-    for images, got in zip(batches * 5, outputs, strict=True):
-        assert_same_outputs(got, onnxruntime.infer(images), atol=1e-5)
+    assert_concurrent_calls_match(openvino, onnxruntime, (1, 3, 2, 1, 4, 2), seed=3, repeats=5)
     openvino.close()
     with pytest.raises(BackendError, match="unloaded"):
-        openvino.infer(batches[0])
+        openvino.infer(np.zeros((1, 64, 64, 3), np.uint8))
 
 
 def test_one_stream_by_default(tmp_path: Path) -> None:
@@ -383,20 +395,13 @@ def warmup_batch_sizes(tmp_path: Path, backend_settings: Settings, streams: int 
 def test_static_batch_sizes_get_their_own_graphs_with_the_same_outputs(tmp_path: Path) -> None:
     """DETECT_OPENVINO_STATIC_BATCH_SIZES: a batch of a listed size runs on its own static-shape graph,
     any other size on the dynamic one, and every answer equals ONNX Runtime's, also from two streams."""
-    from concurrent.futures import ThreadPoolExecutor
-
     version_dir = add_toy_model(tmp_path / "repo", "toy")
     openvino, onnxruntime = pair(
         version_dir, tmp_path, openvino_static_batch_sizes="2,1", openvino_streams=2, intra_op_threads=2
     )
     assert openvino.static_batch_sizes == (1, 2)
     assert openvino._requests is not None and set(openvino._requests) == {None, 1, 2}
-    rng = np.random.default_rng(5)
-    batches = [rng.integers(0, 256, (n, 64, 64, 3), dtype=np.uint8) for n in (1, 2, 3, 1, 4, 2)]
-    with ThreadPoolExecutor(2) as pool:
-        outputs = list(pool.map(openvino.infer, batches * 3))
-    for images, got in zip(batches * 3, outputs, strict=True):
-        assert_same_outputs(got, onnxruntime.infer(images), atol=1e-5)
+    assert_concurrent_calls_match(openvino, onnxruntime, (1, 2, 3, 1, 4, 2), seed=5, repeats=3)
 
 
 @pytest.mark.parametrize(
