@@ -20,9 +20,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-import openvino as ov
 
 from contract.manifest import Manifest
+from service.runtime.backends.machine import openvino_core
+from service.runtime.backends.openvino_backend import read_with_batch_size
 
 
 def profile(
@@ -31,12 +32,9 @@ def profile(
     """(milliseconds per call, {"Type:kernel": milliseconds summed over one call})."""
     manifest = Manifest.read(artifact)
     config = {"PERF_COUNT": True, "INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": precision}
-    core = ov.Core()
-    model = core.read_model(str(artifact / manifest.file))
-    if static:
-        shape = model.input(0).get_partial_shape()
-        shape[0] = batch_size
-        model.reshape({model.input(0): shape})
+    core = openvino_core()
+    path = artifact / manifest.file
+    model = read_with_batch_size(core, path, batch_size) if static else str(path)
     compiled = core.compile_model(model, "CPU", config)
     request = compiled.create_infer_request()
     shape = (batch_size, manifest.input.height, manifest.input.width, 3)

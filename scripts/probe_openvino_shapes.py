@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import openvino as ov
+
+from service.runtime.backends.machine import openvino_core
+from service.runtime.backends.openvino_backend import read_with_batch_size
 
 
 def rss_mb() -> float:
@@ -36,11 +38,7 @@ def compile_graph(core: Any, path: Path, size: int | None, threads: int) -> Any:
     config["INFERENCE_PRECISION_HINT"] = "f32"
     if size is None:
         return core.compile_model(str(path), "CPU", config)
-    model = core.read_model(str(path))
-    shape = model.input(0).get_partial_shape()
-    shape[0] = size
-    model.reshape({model.input(0): shape})
-    return core.compile_model(model, "CPU", config)
+    return core.compile_model(read_with_batch_size(core, path, size), "CPU", config)
 
 
 def main() -> None:
@@ -55,7 +53,7 @@ def main() -> None:
     args = parser.parse_args()
     path = args.artifact / "model.onnx"
     sizes = [int(s) for s in args.sizes.split(",")]
-    core = ov.Core()
+    core = openvino_core()
     print(f"resident memory at start: {rss_mb():.0f} MB")
     dynamic = compile_graph(core, path, None, args.threads)
     print(f"dynamic graph compiled: {rss_mb():.0f} MB")

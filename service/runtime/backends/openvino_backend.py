@@ -184,11 +184,7 @@ class OpenVinoBackend(Backend):
     def _compile_static(self, core: Any, model_path: Path, size: int, config: dict[str, Any]) -> Any:
         """The artifact compiled with its batch dimension fixed at ``size`` (same settings otherwise)."""
         try:
-            model = core.read_model(str(model_path))
-            shape = model.input(0).get_partial_shape()
-            shape[0] = size
-            model.reshape({model.input(0): shape})
-            compiled = core.compile_model(model, "CPU", config)
+            compiled = core.compile_model(read_with_batch_size(core, model_path, size), "CPU", config)
         except Exception as exc:
             raise BackendLoadError(
                 f"{model_path}: openvino cannot compile it at batch size {size}: {exc}"
@@ -244,6 +240,16 @@ class _RequestPool:
         finally:
             self._requests.put(request)
         return {name: results[port] for name, port in self._ports.items()}
+
+
+def read_with_batch_size(core: Any, model_path: Path, size: int) -> Any:
+    """The artifact at ``model_path`` read by ``core`` (an ``openvino.Core``) with its batch dimension
+    fixed at ``size``: the graph OpenVINO compiles for that one shape."""
+    model = core.read_model(str(model_path))
+    shape = model.input(0).get_partial_shape()
+    shape[0] = size
+    model.reshape({model.input(0): shape})
+    return model
 
 
 def _usable_cache_dir(cache_dir: Path | None) -> Path | None:
