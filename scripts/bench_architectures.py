@@ -19,24 +19,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import torch
-
-from training.checkpoint import Checkpoint, save_checkpoint
-from training.config import PRESETS, make_config
-from training.data.synthetic import CATEGORIES
-from training.detectors.registry import build_model
+from training.checkpoint import save_checkpoint
+from training.config import PRESETS
+from training.weights import untrained_checkpoint
 
 DEFAULT_PRESETS = ("ssd320-cpu-small", "efficientdet-d0-cpu-small", "maskrcnn-cpu-small")
-
-
-def untrained_checkpoint(preset: str, path: Path) -> Path:
-    cfg = make_config(preset)
-    categories = [{"id": coco_id, "name": name} for coco_id, name in CATEGORIES]
-    model_args = {"num_classes": len(categories), "backbone": cfg.backbone, **cfg.model_args}
-    torch.manual_seed(0)
-    model = build_model(cfg.model, **model_args).eval()
-    ckpt = Checkpoint(cfg.model, model_args, categories, model.state_dict(), config={"preset": preset})
-    return save_checkpoint(ckpt, path)
 
 
 def main() -> int:
@@ -55,7 +42,7 @@ def main() -> int:
             parser.error(f"unknown preset {preset!r}; known: {sorted(PRESETS)}")
         work = Path(args.workdir) / preset
         work.mkdir(parents=True, exist_ok=True)
-        ckpt = untrained_checkpoint(preset, work / "checkpoint.pt")
+        ckpt = save_checkpoint(untrained_checkpoint(preset), work / "checkpoint.pt")
         artifact = work / "models" / preset / "1"
         export = ["onnx", "--checkpoint", str(ckpt), "--output", str(artifact), "--no-verify", "--force"]
         bench = ["backend", "--artifact", str(artifact), "--eager-checkpoint", str(ckpt)]

@@ -31,7 +31,7 @@ from contract.manifest import Manifest
 from exporters.evaluation.served_eval import served_metrics
 from exporters.tensorrt.build import export_tensorrt
 from exporters.tensorrt.config import TensorRTExportRequest
-from exporters.tensorrt.engine import gpu_unavailable_reason
+from exporters.tensorrt.engine import tensorrt_unavailable_reason
 
 BATCHES = (1, 8, 64)
 
@@ -105,7 +105,7 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, default=Path("runs/gpu-engines"))
     parser.add_argument("--iterations", type=int, default=50)
     args = parser.parse_args()
-    reason = gpu_unavailable_reason()
+    reason = tensorrt_unavailable_reason()
     if reason is not None:
         print(f"gpu_engines: needs an NVIDIA GPU with TensorRT: {reason}", file=sys.stderr)
         return 4

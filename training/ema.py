@@ -42,12 +42,18 @@ class ModelEma:
         """Fold the current weights of ``model`` (or of the module a DDP wrapper holds) into the average."""
         d = self.decay_at(self.updates)
         current = _unwrap(model).state_dict()
+        averages, values = [], []
         for name, average in self.module.state_dict().items():
             value = current[name].detach()
             if average.is_floating_point():
-                average.mul_(d).add_(value.to(average.dtype), alpha=1.0 - d)
+                averages.append(average)
+                values.append(value.to(average.dtype))
             else:
                 average.copy_(value)
+        # The same arithmetic as average.mul_(d).add_(value, alpha=1 - d) per tensor, in a few multi-tensor
+        # kernels instead of two per tensor (~1,600 launches per step for EfficientDet-D0 on a GPU).
+        torch._foreach_mul_(averages, d)
+        torch._foreach_add_(averages, values, alpha=1.0 - d)
         self.updates += 1
 
     def state_dict(self) -> dict[str, Tensor]:

@@ -17,6 +17,8 @@ import torch
 from torch import nn
 
 from training.checkpoint import FORMAT, Checkpoint, CheckpointError
+from training.config import make_config
+from training.data.synthetic import CATEGORIES
 from training.detectors.registry import build_model, weight_readers
 
 
@@ -68,3 +70,14 @@ def build_checkpoint_model(checkpoint: Checkpoint) -> nn.Module:
     model = build_model(checkpoint.model_name, **checkpoint.model_args)
     model.load_state_dict(checkpoint.inference_weights, strict=True)
     return model
+
+
+def untrained_checkpoint(preset: str, seed: int = 0) -> Checkpoint:
+    """A checkpoint of ``preset``'s architecture and arguments for the synthetic dataset's classes, its
+    weights freshly initialized (``seed``): for timing and sizing, where the weights do not matter."""
+    cfg = make_config(preset)
+    categories = [{"id": coco_id, "name": name} for coco_id, name in CATEGORIES]
+    model_args = {"num_classes": len(categories), "backbone": cfg.backbone, **cfg.model_args}
+    torch.manual_seed(seed)
+    model = build_model(cfg.model, **model_args).eval()
+    return Checkpoint(cfg.model, model_args, categories, model.state_dict(), config={"preset": preset})

@@ -64,7 +64,10 @@ class DetectionGraph(nn.Module):
         raw = self.network(self.preprocess(images))
         raw = tuple(raw) if isinstance(raw, tuple | list) else (raw,)
         decode = getattr(self.decoder, "decode_candidates", None)  # decoders that decode candidates only
-        outputs = self.postprocess(*self.decoder(*raw), decode=decode)
+        # The post-processing runs in fp32, as in the FP16 graph and engines, also when the network ran in
+        # fp16 (PyTorch under autocast); the exported fp32 graph has nothing to cast.
+        boxes, scores = (t if t.dtype == torch.float32 else t.float() for t in self.decoder(*raw))
+        outputs = self.postprocess(boxes, scores, decode=decode)
         if self.masks is not None:  # mask models: detection_masks from the raw outputs and the detections
             outputs = (*outputs, self.masks(raw, outputs))
         return (*outputs, *raw) if self.raw_outputs else outputs

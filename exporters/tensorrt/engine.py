@@ -8,6 +8,7 @@ compares it with the same graph in ONNX Runtime.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -43,6 +44,15 @@ def gpu_unavailable_reason() -> str | None:
             return None
         return f"nvidia-smi lists no GPU (exit {listing.returncode})"
     return "no NVIDIA GPU: torch.cuda.is_available() is False and nvidia-smi is not installed"
+
+
+def tensorrt_unavailable_reason() -> str | None:
+    """None when TensorRT engines can be built here (a usable NVIDIA GPU and the ``tensorrt`` package),
+    else why not."""
+    reason = gpu_unavailable_reason()
+    if reason is None and importlib.util.find_spec("tensorrt") is None:
+        return "the tensorrt package is not installed (pip install '.[serve-gpu]')"
+    return reason
 
 
 def _import_tensorrt() -> Any:

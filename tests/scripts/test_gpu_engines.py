@@ -12,7 +12,7 @@ import pytest
 from scripts_testkit import load_script
 
 from contract.manifest import Manifest
-from exporters.tensorrt.engine import gpu_unavailable_reason
+from exporters.tensorrt.engine import tensorrt_unavailable_reason
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,7 +50,9 @@ def test_every_shipped_model_is_grouped_with_its_parent_wherever_it_is(tmp_path:
     assert accuracy is not None and groups[(ssd320_int8,)].recorded_parent_ap == accuracy.parent_box_ap
 
 
-@pytest.mark.skipif(gpu_unavailable_reason() is None, reason="a GPU is present: the refusal does not run")
+@pytest.mark.skipif(
+    tensorrt_unavailable_reason() is None, reason="a GPU with TensorRT is present: the refusal does not run"
+)
 def test_without_a_gpu_it_says_so_and_exits_4() -> None:
     result = subprocess.run(
         [sys.executable, str(ROOT / "scripts/gpu_engines.py"), "--data", "unused"],

@@ -52,3 +52,22 @@ def test_resume_restores_weights_and_update_count() -> None:
     assert torch.equal(ema.state_dict()["0.weight"], state["0.weight"])
     with pytest.raises(ValueError, match=r"EMA decay must be in \(0, 1\)"):
         ModelEma(model, decay=1.0)
+
+
+def test_update_is_bitwise_the_per_tensor_arithmetic() -> None:
+    """The multi-tensor update computes exactly ``average.mul_(d).add_(value, alpha=1 - d)`` per entry."""
+    model = small_model()
+    ema = ModelEma(model, decay=0.99)
+    reference = {k: v.clone() for k, v in ema.state_dict().items()}
+    for _ in range(3):
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.01 * torch.randn_like(p))
+        d = ema.decay_at(ema.updates)
+        for name, value in model.state_dict().items():
+            if value.is_floating_point():
+                reference[name].mul_(d).add_(value, alpha=1 - d)
+        ema.update(model)
+    for name, value in ema.state_dict().items():
+        if value.is_floating_point():
+            assert torch.equal(value, reference[name]), name

@@ -58,6 +58,25 @@ def test_train_writes_checkpoint_log_and_plot_then_resumes(tiny_coco: Path, tmp_
     assert any(not torch.equal(resumed.model[k], ckpt.model[k]) for k in ckpt.model if k.endswith("weight"))
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU (fp16 autocast, grad scaler)")
+@pytest.mark.parametrize(
+    "preset", ["ssd300-cpu-small", "ssd320-cpu-small", "efficientdet-d0-cpu-small", "maskrcnn-cpu-small"]
+)
+def test_train_on_the_gpu_with_fp16_autocast(preset: str, tiny_coco: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    settings = {k: v for k, v in TINY.items() if k != "backbone"} | {"device": "auto", "precision": "auto"}
+    cfg = make_config(preset, data=str(tiny_coco), output=str(out), epochs=1, **settings)
+    metrics = train_main(cfg)
+    assert set(metrics["bbox"]) >= {"AP", "AP50"}
+    start = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
+    assert start["device"].startswith("cuda") and start["precision"] == "fp16"
+    ckpt = load_checkpoint(out / "checkpoint.pt")
+    # An enabled grad scaler saves its scale; a disabled one (fp32, bf16) saves nothing.
+    assert ckpt.scaler and ckpt.scaler["scale"] > 0
+    assert ckpt.iteration == 2  # 8 images / batch 4
+
+
 def test_resume_rejects_another_architecture(tiny_coco: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     train_main(make_config(data=str(tiny_coco), output=str(out), epochs=1, max_iters=1, **TINY))

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from training.checkpoint import FORMAT, CheckpointError
-from training.weights import load_checkpoint
+from training.weights import build_checkpoint_model, load_checkpoint, untrained_checkpoint
 
 
 class _Payload:
@@ -44,3 +44,17 @@ def test_missing_and_corrupt_files_are_named(tmp_path: Path) -> None:
     (tmp_path / "garbage.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(CheckpointError, match=r"garbage\.pt"):
         load_checkpoint(tmp_path / "garbage.pt")
+
+
+def test_untrained_checkpoint_describes_its_preset_and_builds() -> None:
+    ckpt = untrained_checkpoint("ssd320-cpu-small")
+    assert (ckpt.model_name, ckpt.config) == ("ssd320", {"preset": "ssd320-cpu-small"})
+    assert ckpt.model_args == {
+        "num_classes": 6,
+        "backbone": "resnet18",
+        "image_size": 256,
+        "freeze_bn": False,
+    }
+    model = build_checkpoint_model(ckpt)
+    again = untrained_checkpoint("ssd320-cpu-small")  # the same seed: the same weights
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in again.model.items())

@@ -24,7 +24,7 @@ from exporters.precision.nncf_int8 import ignored_scope
 from exporters.precision.quantize import gate_failures
 from exporters.tensorrt.build import export_tensorrt
 from exporters.tensorrt.config import TensorRTExportRequest
-from exporters.tensorrt.engine import gpu_unavailable_reason
+from exporters.tensorrt.engine import gpu_unavailable_reason, tensorrt_unavailable_reason
 from exporters.tensorrt.ops import check_tensorrt_ops
 from training.data.synthetic import generate_dataset
 
@@ -187,6 +187,7 @@ def test_accuracy_control_returns_harmful_layers_to_fp32_until_the_gate_passes(
 
 INT8 = DEFAULT.parents[1] / "ssd300-synth-int8" / "1"
 NO_GPU = gpu_unavailable_reason()
+NO_TENSORRT = tensorrt_unavailable_reason()
 
 
 @pytest.mark.skipif(NO_GPU is None, reason="a GPU is present: the no-GPU path does not run here")
@@ -203,7 +204,7 @@ def test_without_gpu_trt_checks_the_int8_qdq_graph_then_exits_4(
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(NO_GPU is not None, reason=f"needs an NVIDIA GPU with TensorRT: {NO_GPU}")
+@pytest.mark.skipif(NO_TENSORRT is not None, reason=f"needs an NVIDIA GPU with TensorRT: {NO_TENSORRT}")
 def test_int8_engine_builds_from_the_qdq_artifact_and_matches_onnxruntime(tmp_path: Path) -> None:
     output = tmp_path / "trt-int8" / "1"
     manifest = export_tensorrt(TensorRTExportRequest(INT8, output, min_batch=1, opt_batch=8, max_batch=64))

@@ -13,9 +13,10 @@ from contract.manifest import Manifest
 from exporters.cli import EXIT_BAD_INPUT, EXIT_GPU_REQUIRED, main
 from exporters.tensorrt.build import export_tensorrt
 from exporters.tensorrt.config import TensorRTExportRequest
-from exporters.tensorrt.engine import gpu_unavailable_reason
+from exporters.tensorrt.engine import gpu_unavailable_reason, tensorrt_unavailable_reason
 
 NO_GPU = gpu_unavailable_reason()
+NO_TENSORRT = tensorrt_unavailable_reason()
 
 
 def test_trt_refuses_bad_arguments_before_writing(
@@ -56,7 +57,7 @@ def test_without_gpu_trt_writes_the_fp16_artifact_then_exits_4(
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(NO_GPU is not None, reason=f"needs an NVIDIA GPU with TensorRT: {NO_GPU}")
+@pytest.mark.skipif(NO_TENSORRT is not None, reason=f"needs an NVIDIA GPU with TensorRT: {NO_TENSORRT}")
 def test_engine_builds_strongly_typed_and_matches_onnxruntime(
     exported: ExportedArtifact, tmp_path: Path
 ) -> None:

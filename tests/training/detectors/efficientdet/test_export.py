@@ -17,6 +17,7 @@ from exporters.checkpoint_export import OnnxExportRequest, export_onnx
 from exporters.evaluation.coco_ap import evaluate_split
 from exporters.evaluation.compare import Detections, match_detections, summarize_matches
 from exporters.evaluation.verify import generated_batches, manifest_resize, verify_artifact
+from exporters.onnx.export import DetectionGraph
 from exporters.onnx.graph import with_outputs
 from exporters.onnx.ort_cpu import cpu_session, run_contract
 from exporters.onnx.wrappers import wrapper_for
@@ -182,9 +183,11 @@ def test_fp16_graph_keeps_detections_close(effdet_export: ExportedArtifact) -> N
 
 @pytest.mark.gpu
 def test_tensorrt_engine_builds_from_the_artifact(effdet_export: ExportedArtifact, tmp_path: Path) -> None:
-    if not torch.cuda.is_available():
-        pytest.skip("needs an NVIDIA GPU with TensorRT: the engine build runs on the GPU")
     from exporters.tensorrt.build import export_tensorrt
+    from exporters.tensorrt.engine import tensorrt_unavailable_reason
+
+    if (reason := tensorrt_unavailable_reason()) is not None:
+        pytest.skip(f"needs an NVIDIA GPU with TensorRT: {reason}")
     from exporters.tensorrt.config import TensorRTExportRequest
 
     manifest = export_tensorrt(
@@ -240,3 +243,20 @@ def test_fusion_by_adds_equals_effdets_stack_and_sum(effdet_export: ExportedArti
         original = wrapper.network(images)
     for ours, theirs in zip(rewritten, original, strict=True):
         torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5 * float(theirs.abs().max()))
+
+
+def test_the_graph_module_runs_under_fp16_autocast(effdet_export: ExportedArtifact) -> None:
+    """PyTorch under fp16 autocast (as on a GPU): the network in fp16, the post-processing (the TopK over
+    logits masked at the threshold's logit) in fp32, the fp32 module's detections within fp16's rounding."""
+    wrapper = wrapper_of(effdet_export)
+    graph = DetectionGraph(wrapper, wrapper.default_settings, raw_outputs=False).eval()
+    images = torch.from_numpy(generated_batches(wrapper.resize)[1])
+    with torch.inference_mode():
+        full = graph(images)
+        with torch.autocast("cpu", dtype=torch.float16):
+            half = graph(images)
+    assert [t.dtype for t in half] == [t.dtype for t in full]
+    assert int(full[0].sum()) > 0
+    # A random network's scores crowd the threshold: fp16 rounding moves a few across it.
+    assert (half[0] - full[0]).abs().max() <= 3
+    torch.testing.assert_close(half[2][:, 0], full[2][:, 0], rtol=0, atol=0.01, msg="best score")

@@ -28,7 +28,7 @@ from exporters.onnx.wrappers import wrapper_for
 from exporters.precision.fp16 import convert_to_fp16, fp16_eval
 from exporters.tensorrt.build import export_tensorrt
 from exporters.tensorrt.config import TensorRTExportRequest
-from exporters.tensorrt.engine import gpu_unavailable_reason
+from exporters.tensorrt.engine import gpu_unavailable_reason, tensorrt_unavailable_reason
 from exporters.tensorrt.ops import check_tensorrt_ops
 from training.detectors.ssd320.anchors import AnchorConfig
 from training.weights import load_checkpoint
@@ -36,6 +36,7 @@ from training.weights import load_checkpoint
 SIZE = 64
 RAW = ["raw_box_regression", "raw_cls_logits"]
 NO_GPU = gpu_unavailable_reason()
+NO_TENSORRT = tensorrt_unavailable_reason()
 
 
 @pytest.fixture(scope="module")
@@ -164,7 +165,7 @@ def test_fp32_and_fp16_graphs_use_only_tensorrt_ops(ssd320: ExportedArtifact, fp
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(NO_GPU is not None, reason=f"needs an NVIDIA GPU with TensorRT: {NO_GPU}")
+@pytest.mark.skipif(NO_TENSORRT is not None, reason=f"needs an NVIDIA GPU with TensorRT: {NO_TENSORRT}")
 def test_tensorrt_engine_matches_onnxruntime(ssd320: ExportedArtifact, tmp_path: Path) -> None:
     output = tmp_path / "trt" / "1"
     request = TensorRTExportRequest(ssd320.directory, output, min_batch=1, opt_batch=2, max_batch=4)
