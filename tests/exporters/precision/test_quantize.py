@@ -161,20 +161,24 @@ def test_bad_calibration_is_refused_by_the_gate(
     assert not output.exists()
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(300)
 def test_accuracy_control_returns_harmful_layers_to_fp32_until_the_gate_passes(
     grey_calibration: Path, tmp_path: Path
 ) -> None:
+    """Plain PTQ on grey calibration images loses ~0.45 box AP (the test above refuses it). Accuracy control
+    reverts quantizer groups, re-ranking the rest after each, until the served AP is within the allowed
+    drop. Allowing 0.1 takes a few reverts (~35 s here); the default 0.005 takes ten (~3.5 min)."""
     output = tmp_path / "models" / "controlled-int8" / "1"
     code = main(
         ["quantize", "--artifact", str(DEFAULT), "--output", str(output), "--data", str(grey_calibration),
-         "--calibration-images", "4", "--accuracy-control", "--ranking-images", "4"]
+         "--calibration-images", "4", "--accuracy-control", "--ranking-images", "4", "--max-ap-drop", "0.1"]
     )  # fmt: skip
     assert code == 0
     manifest = Manifest.read(output)
     assert manifest.provenance.export_settings["nncf"]["function"] == "quantize_with_accuracy_control"
     accuracy = manifest.accuracy
-    assert accuracy is not None and accuracy.box_ap_delta is not None and accuracy.box_ap_delta >= -0.005
+    assert accuracy is not None and accuracy.max_ap_drop == 0.1
+    assert accuracy.box_ap_delta is not None and accuracy.box_ap_delta >= -0.1
 
     # Some layers went back to fp32, not all: fewer quantizers than plain PTQ of the same parent left in
     # the shipped variant, but some.
