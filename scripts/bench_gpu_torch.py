@@ -39,20 +39,14 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from exporters.onnx.export import DetectionGraph
-from exporters.onnx.wrappers import wrapper_for
-from training.config import make_config
-from training.data.loader import LoaderRequest
-from training.data.synthetic import CATEGORIES, generate_dataset
-from training.detectors.registry import get_task
-from training.engine import Trainer
-from training.train import main as train_main
-from training.weights import untrained_checkpoint
+if TYPE_CHECKING:  # the project's modules load after the GPU check, so a refusal is quick
+    from exporters.onnx.export import DetectionGraph
+    from training.engine import Trainer
 
 PRESETS = ("ssd300-coco", "ssd320-coco", "efficientdet-d0-coco", "maskrcnn-coco")
 MAX_STEPS = 40
@@ -85,6 +79,11 @@ def _guarded(
 
 def loader_rate(preset: str, data: Path, workers: int, pipeline: str) -> dict[str, Any]:
     """Images/s of the preset's training loader alone, after its first batch."""
+    from training.config import make_config
+    from training.data.loader import LoaderRequest
+    from training.data.synthetic import CATEGORIES
+    from training.detectors.registry import get_task
+
     cfg = make_config(preset)
     model_args = {"num_classes": len(CATEGORIES), "backbone": cfg.backbone, **cfg.model_args}
     task = get_task(cfg.model)(model_args)
@@ -105,6 +104,8 @@ def _profiled_steps(report: Path | None, title: str) -> Iterator[None]:
         yield
         return
     from torch.profiler import ProfilerActivity, profile, schedule
+
+    from training.engine import Trainer
 
     original = Trainer.step
     activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
@@ -137,6 +138,9 @@ def train_rate(
     profile_report: Path | None = None,
 ) -> dict:
     """The real trainer for one epoch (at most ``MAX_STEPS`` steps) on the GPU, then its evaluation."""
+    from training.config import make_config
+    from training.train import main as train_main
+
     output = workdir / f"{preset}-{precision}"
     cfg = make_config(
         preset,
@@ -172,6 +176,10 @@ def train_rate(
 
 
 def _graph(preset: str) -> tuple[DetectionGraph, tuple[int, int]]:
+    from exporters.onnx.export import DetectionGraph
+    from exporters.onnx.wrappers import wrapper_for
+    from training.weights import untrained_checkpoint
+
     wrapper = wrapper_for(untrained_checkpoint(preset))
     graph = DetectionGraph(wrapper, wrapper.default_settings, raw_outputs=False).eval()
     return graph, wrapper.input_size
@@ -254,6 +262,8 @@ def main() -> int:
     write({"kind": "machine", "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
            "cudnn": torch.backends.cudnn.version(), "cudnn_benchmark": args.cudnn_benchmark})  # fmt: skip
     if not (data / "annotations" / "instances_train.json").exists():
+        from training.data.synthetic import generate_dataset
+
         generate_dataset(data, num_train=640, num_val=64, seed=0)
     for preset in args.presets.split(","):
         if "loader" not in skip:
