@@ -78,6 +78,7 @@ def untrained_checkpoint(preset: str, seed: int = 0) -> Checkpoint:
     cfg = make_config(preset)
     categories = [{"id": coco_id, "name": name} for coco_id, name in CATEGORIES]
     model_args = {"num_classes": len(categories), "backbone": cfg.backbone, **cfg.model_args}
-    torch.manual_seed(seed)
-    model = build_model(cfg.model, **model_args).eval()
+    with torch.random.fork_rng(devices=[]):  # the caller's random state is left as it was
+        torch.manual_seed(seed)
+        model = build_model(cfg.model, **model_args).eval()
     return Checkpoint(cfg.model, model_args, categories, model.state_dict(), config={"preset": preset})

@@ -56,5 +56,7 @@ def test_untrained_checkpoint_describes_its_preset_and_builds() -> None:
         "freeze_bn": False,
     }
     model = build_checkpoint_model(ckpt)
+    state = torch.random.get_rng_state()
     again = untrained_checkpoint("ssd320-cpu-small")  # the same seed: the same weights
     assert all(torch.equal(model.state_dict()[k], v) for k, v in again.model.items())
+    assert torch.equal(torch.random.get_rng_state(), state)  # the caller's random state is untouched
