@@ -21,6 +21,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from exporters.onnx.postprocess_graph import logit
+
 TOPK_NODE = "/postprocess/TopK"  # the global pre-NMS TopK (pre_nms_topk), as the exporter names it
 MASKED = "/postprocess/MaskBeforeTopK"
 GATHERED_CODES = "decode_candidates_codes"
@@ -118,10 +120,11 @@ def sigmoid_after_topk(model: onnx.ModelProto, score_threshold: float) -> onnx.M
     for node in readers[sigmoid.output[0]]:
         node.input[:] = [sigmoid.input[0] if name == sigmoid.output[0] else name for name in node.input]
     graph.node.remove(sigmoid)
-    logit = math.log(score_threshold / (1.0 - score_threshold)) if score_threshold > 0 else -np.inf
     graph.initializer.extend(
         [
-            numpy_helper.from_array(np.array(logit, np.float32), "sigmoid_after_topk_threshold"),
+            numpy_helper.from_array(
+                np.array(logit(score_threshold), np.float32), "sigmoid_after_topk_threshold"
+            ),
             numpy_helper.from_array(
                 np.array(np.finfo(np.float32).min, np.float32), "sigmoid_after_topk_fill"
             ),

@@ -157,7 +157,7 @@ class DetectionPostprocess(nn.Module):
         # 256: 3,000 of 73,656 scores, ~10% of the INT8 graph's time before, ~1% after).
         threshold, fill = (s.score_threshold, -1.0)
         if self.logits:  # sigmoid(x) > t <=> x > log(t / (1 - t)); the sigmoid then runs on the k kept only
-            threshold, fill = (_logit(s.score_threshold), torch.finfo(torch.float32).min)
+            threshold, fill = (logit(s.score_threshold), torch.finfo(torch.float32).min)
         flat = torch.where(flat > threshold, flat, torch.full_like(flat, fill))
         top_scores, top_idx = flat.topk(k, dim=1)  # (B, k), sorted descending; masked rows are never kept
         if self.logits:
@@ -207,8 +207,9 @@ class DetectionPostprocess(nn.Module):
         return num_detections.to(torch.int32), det_boxes, det_scores, det_classes.to(torch.int32)
 
 
-def _logit(probability: float) -> float:
-    """The logit whose sigmoid is ``probability`` (a score threshold in [0, 1))."""
+def logit(probability: float) -> float:
+    """The logit whose sigmoid is ``probability`` (a score threshold in [0, 1)); float32's lowest value
+    for 0, which every logit exceeds."""
     if probability <= 0.0:
         return float(torch.finfo(torch.float32).min)
     return math.log(probability / (1.0 - probability))

@@ -28,14 +28,13 @@ from exporters.onnx.wrappers import wrapper_for
 from exporters.precision.fp16 import convert_to_fp16, fp16_eval
 from exporters.tensorrt.build import export_tensorrt
 from exporters.tensorrt.config import TensorRTExportRequest
-from exporters.tensorrt.engine import gpu_unavailable_reason, tensorrt_unavailable_reason
+from exporters.tensorrt.engine import tensorrt_unavailable_reason
 from exporters.tensorrt.ops import check_tensorrt_ops
 from training.detectors.ssd320.anchors import AnchorConfig
 from training.weights import load_checkpoint
 
 SIZE = 64
 RAW = ["raw_box_regression", "raw_cls_logits"]
-NO_GPU = gpu_unavailable_reason()
 NO_TENSORRT = tensorrt_unavailable_reason()
 
 
