@@ -126,7 +126,7 @@ efficientdet-model: setup $(CALIBRATION_DATA)/annotations/instances_val.json
 	$(VENV)/bin/detect-export verify --artifact $(EFFDET_MODEL) --checkpoint $(EFFDET_RUN)/checkpoint.pt \
 		--data $(SYNTH_DATA)
 	$(RECORD_ACCURACY) --artifact $(EFFDET_MODEL)
-	$(QUANTIZE) --artifact $(EFFDET_MODEL) --output $(EFFDET_INT8)
+	$(QUANTIZE) --artifact $(EFFDET_MODEL) --output $(EFFDET_INT8) --unquantized-precision bf16
 
 # Mask R-CNN ships INT8 only; its fp32 parent (fp16-stored) stays in the run folder.
 maskrcnn-model: setup $(CALIBRATION_DATA)/annotations/instances_val.json

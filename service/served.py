@@ -13,6 +13,8 @@ and benchmarks):
 - `BackendLoadError`: the artifact cannot run here (missing runtime or GPU, or a graph that contradicts
   its manifest);
 - `cpu_has_bf16`: whether OpenVINO can run bf16 inference on this CPU.
+- `cpu_int8_instructions`: which INT8 instructions OpenVINO's INT8 kernels use on this CPU (their results
+  differ between them).
 """
 
 from __future__ import annotations
@@ -23,11 +25,18 @@ from typing import Any
 from contract.manifest import Manifest
 from service.imaging.decoding import decode_image
 from service.runtime.backends.base import Backend, BackendLoadError
-from service.runtime.backends.machine import cpu_has_bf16
+from service.runtime.backends.machine import cpu_has_bf16, cpu_int8_instructions
 from service.runtime.backends.select import load_artifact
 from service.settings import Settings
 
-__all__ = ["Backend", "BackendLoadError", "cpu_has_bf16", "decode_image", "load_backend"]
+__all__ = [
+    "Backend",
+    "BackendLoadError",
+    "cpu_has_bf16",
+    "cpu_int8_instructions",
+    "decode_image",
+    "load_backend",
+]
 
 
 def load_backend(

@@ -9,6 +9,7 @@ import pytest
 from service.runtime.backends.machine import (
     INT8_DOT_PRODUCT_FLAGS,
     cpu_has_bf16,
+    cpu_int8_instructions,
     openvino_cpu_capabilities,
 )
 
@@ -39,3 +40,15 @@ needs_amx_int8 = pytest.mark.skipif(
     reason=f"the INT8 figures were measured on a CPU with AMX (amx_int8); this one has {_THIS_CPU}, where "
     "OpenVINO's INT8 results differ from them (docs/cpu-inference.md)",
 )
+
+
+def needs_int8_instructions(recorded: str | None) -> pytest.MarkDecorator:
+    """Skip unless this CPU gives OpenVINO's INT8 kernels the instructions an accuracy was measured with
+    (`contract.manifest.Accuracy.cpu_int8`; None, from before it was recorded, means amx_int8)."""
+    wanted = recorded or "amx_int8"
+    here = cpu_int8_instructions()
+    return pytest.mark.skipif(
+        here != wanted,
+        reason=f"the INT8 figures were measured with {wanted}; this CPU gives OpenVINO {here}, where its "
+        "INT8 results differ from them (docs/cpu-inference.md)",
+    )

@@ -58,6 +58,7 @@ from exporters.precision.nncf_int8 import (
     store_kept_weights_fp16,
     to_signed_int8,
 )
+from service.served import cpu_int8_instructions
 from training.checkpoint import sha256_file
 
 Precision = Literal["int8", "bf16"]
@@ -187,6 +188,7 @@ def accuracy_record(
         mask_ap_delta=ap.mask_ap_delta,
         max_ap_drop=request.max_ap_drop if request.gate else None,
         measured_at=utc_now(),
+        cpu_int8=cpu_int8_instructions() if request.precision == "int8" and ",CPU," in runtime else None,
     )
 
 

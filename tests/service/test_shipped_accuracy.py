@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from machine_testkit import needs_amx_int8, needs_bf16
+from machine_testkit import needs_bf16, needs_int8_instructions
 from service_testkit import make_settings, start_client
 
 from contract.manifest import Manifest
@@ -97,11 +97,12 @@ def client() -> Iterator[Any]:
 
 def _cpu_dependent(directory: Path) -> Any:
     """The artifact as a test parameter; INT8 artifacts reproduce their recorded AP only on the CPUs they
-    were measured on (an INT8 dot-product instruction; bf16 units where the manifest asks for them)."""
+    were measured on (the INT8 instructions their accuracy records; bf16 units where the manifest asks for
+    them)."""
     manifest = Manifest.read(directory)
     marks = []
     if manifest.precision == "int8":
-        marks.append(needs_amx_int8)
+        marks.append(needs_int8_instructions(manifest.accuracy.cpu_int8 if manifest.accuracy else None))
         if manifest.unquantized_precision == "bf16":
             marks.append(needs_bf16)
     return pytest.param(directory, marks=marks, id=f"{manifest.name}/{manifest.version}")

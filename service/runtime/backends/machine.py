@@ -93,9 +93,25 @@ def cpu_has_int8_dot_product(cpuinfo: str = "/proc/cpuinfo") -> bool | None:
     (no /proc/cpuinfo). Without one, OpenVINO's INT8 kernels fall back to AVX2's ``vpmaddubsw``, whose
     16-bit sums of u8 x s8 products saturate, so INT8 artifacts score lower than where they were measured.
     """
+    flags = _cpu_flags(cpuinfo)
+    return None if flags is None else any(flag in flags for flag in INT8_DOT_PRODUCT_FLAGS)
+
+
+@lru_cache(maxsize=1)
+def cpu_int8_instructions(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """Which INT8 instructions OpenVINO's INT8 kernels use on this CPU, the most capable first: ``amx_int8``,
+    ``avx512_vnni``, ``avx_vnni``, ``none`` (AVX2's saturating ``vpmaddubsw``), or ``unknown`` (no
+    /proc/cpuinfo). INT8 results differ between these, so an INT8 artifact's recorded accuracy names it
+    (`contract.manifest.Accuracy.cpu_int8`)."""
+    flags = _cpu_flags(cpuinfo)
+    if flags is None:
+        return "unknown"
+    return next((flag for flag in ("amx_int8", "avx512_vnni", "avx_vnni") if flag in flags), "none")
+
+
+def _cpu_flags(cpuinfo: str) -> set[str] | None:
     try:
         text = Path(cpuinfo).read_text()
     except OSError:
         return None
-    flags = {flag for line in text.splitlines() if line.startswith("flags") for flag in line.split()}
-    return any(flag in flags for flag in INT8_DOT_PRODUCT_FLAGS)
+    return {flag for line in text.splitlines() if line.startswith("flags") for flag in line.split()}

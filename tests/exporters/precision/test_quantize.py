@@ -21,11 +21,12 @@ from exporters.cli import EXIT_GPU_REQUIRED, main
 from exporters.evaluation.served_eval import file_sha256
 from exporters.onnx.graph import load_checked
 from exporters.precision.nncf_int8 import ignored_scope
-from exporters.precision.quantize import gate_failures
+from exporters.precision.quantize import QuantizeRequest, accuracy_record, gate_failures
 from exporters.tensorrt.build import export_tensorrt
 from exporters.tensorrt.config import TensorRTExportRequest
 from exporters.tensorrt.engine import gpu_unavailable_reason, tensorrt_unavailable_reason
 from exporters.tensorrt.ops import check_tensorrt_ops
+from service.served import cpu_int8_instructions
 from training.data.synthetic import generate_dataset
 
 DEFAULT = Path(__file__).resolve().parents[3] / "models" / "ssd300-synth" / "1"
@@ -85,6 +86,19 @@ def test_gate_failures_name_what_dropped() -> None:
     )  # fmt: skip
     assert gate_failures(accuracy, 0.005) == ["box AP 0.4000 vs the parent's 0.4100 (-0.0100)"]
     assert gate_failures(accuracy, 0.02) == []
+
+
+def test_an_int8_accuracy_measured_on_a_cpu_names_the_cpu_s_int8_instructions(tmp_path: Path) -> None:
+    measured = {"split": "val", "images": 2, "annotations_sha256": "0", "bbox": {"AP": 0.5}}
+    parent = {"bbox": {"AP": 0.51}}
+
+    def record(precision: str, runtime: str) -> Accuracy:
+        request = QuantizeRequest(tmp_path, tmp_path / "out", "data", precision=precision)  # type: ignore[arg-type]
+        return accuracy_record(measured, parent, request, runtime)
+
+    assert record("int8", "openvino[2026.4.0,CPU,bf16]").cpu_int8 == cpu_int8_instructions()
+    assert record("int8", "tensorrt[11.4,NVIDIA H100]").cpu_int8 is None
+    assert record("bf16", "openvino[2026.4.0,CPU,bf16]").cpu_int8 is None
 
 
 @needs_amx_int8

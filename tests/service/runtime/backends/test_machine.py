@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from service_testkit import add_toy_model
 
-from service.runtime.backends.machine import openvino_core
+from service.runtime.backends.machine import cpu_int8_instructions, openvino_core
 
 pytest.importorskip("openvino", reason="the openvino package (serve extra) is not installed")
 
@@ -64,3 +64,21 @@ def test_models_unloaded_in_load_order_leave_a_usable_signal_stack(tmp_path: Pat
 
 def test_the_openvino_core_is_one_per_process() -> None:
     assert openvino_core() is openvino_core()
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ("avx2 avx512f avx512_vnni amx_bf16 amx_tile amx_int8", "amx_int8"),
+        ("avx2 avx512f avx512_vnni avx512_bf16", "avx512_vnni"),
+        ("avx2 avx_vnni", "avx_vnni"),
+        ("sse4_2 avx2 fma", "none"),
+    ],
+)
+def test_the_int8_instructions_are_the_most_capable_the_cpu_lists(
+    tmp_path: Path, flags: str, expected: str
+) -> None:
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nflags\t\t: fpu {flags}\n\nprocessor\t: 1\nflags\t\t: fpu {flags}\n")
+    assert cpu_int8_instructions(str(cpuinfo)) == expected
+    assert cpu_int8_instructions(str(tmp_path / "absent")) == "unknown"
