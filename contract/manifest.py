@@ -97,8 +97,8 @@ class Accuracy(_Strict):
     max_ap_drop: float | None = None  # the gate the variant passed (None: not gated)
     measured_at: str | None = None
     # An INT8 artifact measured on a CPU: the INT8 instructions that CPU gave OpenVINO's kernels (amx_int8,
-    # avx512_vnni, avx_vnni, none), whose results differ. None: not recorded (the first INT8 artifacts, all
-    # measured with amx_int8) or not INT8 on a CPU.
+    # avx512_vnni, avx_vnni, none; unknown without /proc/cpuinfo), whose results differ. None: not recorded
+    # (the first INT8 artifacts, all measured with amx_int8) or not INT8 on a CPU.
     cpu_int8: str | None = None
 
 
