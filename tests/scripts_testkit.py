@@ -1,8 +1,10 @@
-"""Loading a file of ``scripts/`` (not a package) as a module, for the tests of ``tests/scripts/``."""
+"""A file of ``scripts/`` (not a package) loaded as a module, or run as a program, for the tests of
+``tests/scripts/``."""
 
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -18,3 +20,15 @@ def load_script(name: str) -> ModuleType:
     sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
     spec.loader.exec_module(module)
     return module
+
+
+def run_script(name: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``python scripts/<name>.py ARGS`` from the repository root, its output captured as text."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / f"{name}.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        cwd=ROOT,
+    )

@@ -49,6 +49,8 @@ class BatchCost:
         sizes = np.array(sorted(images_per_s), dtype=float)
         batch_ms = np.array([1000.0 * n / images_per_s[int(n)] for n in sizes])
         per_request, fixed = np.polyfit(sizes, batch_ms, 1)
+        # Batches that cost less per image the larger they grow beyond linear would give a negative fixed
+        # cost: the line is then held at no fixed cost.
         return cls(max(float(fixed), 0.0), float(per_request))
 
 
@@ -106,7 +108,7 @@ def highest_rate(
     low, high = 0.0, 1000.0 * max_batch / cost.ms(max_batch)  # above capacity the queue grows without end
     for _ in range(steps):
         middle = (low + high) / 2
-        if middle > 0 and simulate(middle, cost, max_batch, requests, seed).p99_ms <= bound_ms:
+        if simulate(middle, cost, max_batch, requests, seed).p99_ms <= bound_ms:
             low = middle
         else:
             high = middle

@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-
-ROOT = Path(__file__).resolve().parents[2]
+from scripts_testkit import run_script
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present: the refusal does not run")
 def test_without_a_gpu_it_says_so_and_exits_4(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts/bench_gpu_torch.py"), "--workdir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = run_script("bench_gpu_torch", "--workdir", str(tmp_path))
     assert result.returncode == 4, result.stderr
     assert "no CUDA device" in result.stderr
     assert not any(tmp_path.iterdir())  # nothing generated or written

@@ -4,18 +4,13 @@ beside their runs), and its refusal without a GPU."""
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from scripts_testkit import load_script
+from scripts_testkit import ROOT, load_script, run_script
 
 from contract.manifest import Manifest
 from exporters.tensorrt.engine import tensorrt_unavailable_reason
-
-ROOT = Path(__file__).resolve().parents[2]
-
 
 engines = load_script("gpu_engines")
 
@@ -54,12 +49,6 @@ def test_every_shipped_model_is_grouped_with_its_parent_wherever_it_is(tmp_path:
     tensorrt_unavailable_reason() is None, reason="a GPU with TensorRT is present: the refusal does not run"
 )
 def test_without_a_gpu_it_says_so_and_exits_4() -> None:
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts/gpu_engines.py"), "--data", "unused"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = run_script("gpu_engines", "--data", "unused")
     assert result.returncode == 4, result.stderr
     assert "needs an NVIDIA GPU with TensorRT" in result.stderr

@@ -3,27 +3,15 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(ROOT / "scripts/server_scenario_model.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=ROOT,
-    )
+from scripts_testkit import run_script
 
 
 def test_the_server_s_ceiling_is_below_the_raw_pipeline_s(tmp_path: Path) -> None:
     out = tmp_path / "model.json"
-    result = run(
+    result = run_script(
+        "server_scenario_model",
         "--service", "1=69.2", "8=92.7", "--raw", "1=89.6", "8=103.5", "--rates", "60",
         "--requests", "5000", "--json", str(out),
     )  # fmt: skip
@@ -38,6 +26,9 @@ def test_the_server_s_ceiling_is_below_the_raw_pipeline_s(tmp_path: Path) -> Non
 
 
 def test_it_needs_the_raw_throughput_at_the_largest_batch() -> None:
-    result = run("--service", "1=69.2", "8=92.7", "--raw", "1=89.6", "4=100", "--requests", "1000")
+    result = run_script(
+        "server_scenario_model",
+        "--service", "1=69.2", "8=92.7", "--raw", "1=89.6", "4=100", "--requests", "1000",
+    )  # fmt: skip
     assert result.returncode != 0
     assert "--max-batch 8" in result.stderr

@@ -21,7 +21,7 @@ from exporters.cli import EXIT_GPU_REQUIRED, main
 from exporters.evaluation.served_eval import file_sha256
 from exporters.onnx.graph import load_checked
 from exporters.precision.nncf_int8 import ignored_scope
-from exporters.precision.quantize import QuantizeRequest, accuracy_record, gate_failures
+from exporters.precision.quantize import Precision, QuantizeRequest, accuracy_record, gate_failures
 from exporters.tensorrt.build import export_tensorrt
 from exporters.tensorrt.config import TensorRTExportRequest
 from exporters.tensorrt.engine import gpu_unavailable_reason, tensorrt_unavailable_reason
@@ -92,8 +92,8 @@ def test_an_int8_accuracy_measured_on_a_cpu_names_the_cpu_s_int8_instructions(tm
     measured = {"split": "val", "images": 2, "annotations_sha256": "0", "bbox": {"AP": 0.5}}
     parent = {"bbox": {"AP": 0.51}}
 
-    def record(precision: str, runtime: str) -> Accuracy:
-        request = QuantizeRequest(tmp_path, tmp_path / "out", "data", precision=precision)  # type: ignore[arg-type]
+    def record(precision: Precision, runtime: str) -> Accuracy:
+        request = QuantizeRequest(tmp_path, tmp_path / "out", "data", precision=precision)
         return accuracy_record(measured, parent, request, runtime)
 
     assert record("int8", "openvino[2026.4.0,CPU,bf16]").cpu_int8 == cpu_int8_instructions()
