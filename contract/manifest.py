@@ -79,6 +79,17 @@ class Parent(_Strict):
     file_sha256: str  # of the parent's model file
 
 
+class IsaAccuracy(_Strict):
+    """An artifact's AP with OpenVINO (or ONNX Runtime) running as it does on one CPU class."""
+
+    box_ap: float
+    mask_ap: float | None = None
+    box_ap_delta: float | None = None  # against the parent's AP of the same record
+    mask_ap_delta: float | None = None
+    runtime: str  # the backend's description under that class, e.g. openvino[2026.4.0,CPU,f32]
+    cap: str | None  # the ONEDNN_MAX_CPU_ISA value it ran under; None: the machine's own class, uncapped
+
+
 class Accuracy(_Strict):
     """COCO AP of this artifact on a validation split, served as the service serves it; for a variant,
     also its parent's on the same images and the change (``*_delta`` = this - parent)."""
@@ -100,6 +111,25 @@ class Accuracy(_Strict):
     # avx512_vnni, avx_vnni, none; unknown without /proc/cpuinfo), whose results differ. None: not recorded
     # (the first INT8 artifacts, all measured with amx_int8) or not INT8 on a CPU.
     cpu_int8: str | None = None
+    # AP under each x86 CPU class the gate could reach (`contract.cpu_classes`: "avx2", "avx512_vnni",
+    # "avx512_bf16", "amx"), each measured in a fresh process with ``ONEDNN_MAX_CPU_ISA`` capping OpenVINO
+    # at that class; empty for figures from before it was recorded.
+    by_isa: dict[str, IsaAccuracy] = Field(default_factory=dict)
+
+
+class SelfCheckSpec(_Strict):
+    """Golden inputs carried beside the model (`contract.self_check`): network inputs and the detections
+    the artifact gave for them where it was made, which the service re-runs on its own CPU at load."""
+
+    file: str = "golden.npz"
+    sha256: str  # of ``file``
+    images: int = Field(gt=0)
+    min_score: float = Field(ge=0.0, le=1.0)  # detections at or above it are compared
+    score_tolerance: float = Field(gt=0.0, le=1.0)  # a matched pair's score may differ by this much
+    iou: float = Field(gt=0.0, le=1.0)  # a matched pair's boxes overlap at least this much
+    min_agreement: float = Field(gt=0.0, le=1.0)  # the share of agreeing detections the check needs
+    reference: str  # the runtime and CPU class that produced the expected detections
+    created_at: str | None = None
 
 
 class Manifest(_Strict):
@@ -136,6 +166,8 @@ class Manifest(_Strict):
     # What the artifact outputs on its validation split (`contract.quality`): the baseline the service's
     # detect_quality_* metrics are compared with. None: not measured (older manifests).
     quality: QualityBaseline | None = None
+    # Golden inputs the service checks at load (`contract.self_check`); None: made before they existed.
+    self_check: SelfCheckSpec | None = None
 
     @model_validator(mode="after")
     def _check_outputs(self) -> Manifest:

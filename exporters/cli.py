@@ -5,6 +5,9 @@
     detect-export fp16-eval --artifact models/ssd300/1 [--data DIR]
     detect-export display-threshold --artifact models/ssd300/1 --data DIR
     detect-export trt --artifact models/ssd300/1 --output models/ssd300-trt/1 [--timing-cache FILE]
+    detect-export quantize --artifact models/ssd300/1 --output models/ssd300-int8/1 --data DIR
+    detect-export eval --artifact models/ssd300-int8/1 --data DIR [--write] [--cpu-classes avx2,amx]
+    detect-export golden --artifact models/ssd300-int8/1 --data DIR
 
 Exit codes: 0 success; 2 bad input (missing or unreadable file, unknown architecture, existing output,
 invalid ONNX or manifest, bad option); 3 verification out of tolerance; 4 a GPU is required (``trt``
@@ -14,13 +17,14 @@ after writing everything that needs none). Failed commands leave no partial arti
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
+from exporters import accuracy_commands
+from exporters.cli_args import request_from_args as _request
 from exporters.errors import ExportError, GpuRequiredError, VerificationError
 
 EXIT_BAD_INPUT = 2
@@ -57,13 +61,6 @@ def _print_report(report: dict[str, Any], json_path: Path | None, command: str) 
         print(f"({_SKIP_HINTS[command]})")
     if json_path is not None:
         json_path.write_text(json.dumps(report, indent=2) + "\n")
-
-
-def _request(cls: Callable[..., T], args: argparse.Namespace, **renamed: Any) -> T:
-    """A command's request dataclass from the arguments of the same names, plus ``renamed`` (the
-    fields whose flag is named or phrased otherwise, e.g. ``--no-verify``)."""
-    names = {f.name for f in dataclasses.fields(cast(Any, cls))}
-    return cls(**{name: getattr(args, name) for name in names if hasattr(args, name)}, **renamed)
 
 
 # ---------------------------------------------------------------------------------- one pair per command
@@ -232,104 +229,6 @@ def _run_trt(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_quantize_parser(sub: Any) -> None:
-    q = sub.add_parser(
-        "quantize",
-        help="INT8 (NNCF) or bf16 variant of an fp32 ONNX artifact, refused if its AP drops past the gate",
-    )
-    q.add_argument("--artifact", required=True, type=Path, help="the fp32 ONNX parent artifact")
-    q.add_argument("--output", required=True, type=Path, help="variant folder, e.g. models/NAME-int8/1")
-    q.add_argument("--data", required=True, help="COCO-format folder: calibration and validation images")
-    q.add_argument("--precision", choices=("int8", "bf16"), default="int8")
-    q.add_argument(
-        "--unquantized-precision",
-        choices=("f32", "bf16"),
-        help="int8: the precision OpenVINO runs the layers left unquantized in (default f32), as the gate "
-        "measures it",
-    )
-    q.add_argument("--calibration-split", default="train", help="split the calibration images come from")
-    q.add_argument("--calibration-images", type=int, default=300, help="how many (drawn by --seed)")
-    q.add_argument("--seed", type=int, default=0)
-    q.add_argument("--split", help="validation split of the gate (default: val2017 if present, else val)")
-    q.add_argument("--max-images", type=int, help="gate on only the first N validation images (by id)")
-    q.add_argument("--max-ap-drop", type=float, default=0.005, help="largest AP loss accepted (box and mask)")
-    q.add_argument("--no-accuracy-gate", action="store_true", help="write the variant whatever its AP")
-    q.add_argument(
-        "--accuracy-control",
-        action="store_true",
-        help="NNCF accuracy-controlled quantization: keep the most harmful layers fp32 until the drop fits",
-    )
-    q.add_argument(
-        "--ranking-images",
-        type=int,
-        default=50,
-        help="--accuracy-control: the validation images the quantizer groups are ranked on (those whose AP "
-        "INT8 changed most)",
-    )
-    q.add_argument("--backend", default="auto", help="DETECT_BACKEND the INT8 gate runs the variant on")
-    q.add_argument("--dataset-description", help="how the data was made, recorded in the manifest")
-    q.add_argument("--name")
-    q.add_argument("--version")
-    q.add_argument("--force", action="store_true", help="replace an existing output folder")
-
-
-def _run_quantize(args: argparse.Namespace) -> int:
-    from exporters.precision.quantize import QuantizeRequest, quantize_artifact
-
-    request = _request(
-        QuantizeRequest,
-        args,
-        val_split=args.split,
-        max_eval_images=args.max_images,
-        gate=not args.no_accuracy_gate,
-    )
-    manifest = quantize_artifact(request)
-    acc = manifest.accuracy
-    assert acc is not None
-    mask = "" if acc.mask_ap is None else f"; mask AP {acc.mask_ap:.4f} ({acc.mask_ap_delta:+.4f})"
-    precision: str = manifest.precision
-    if manifest.unquantized_precision is not None:
-        precision += f", unquantized layers {manifest.unquantized_precision}"
-    print(
-        f"wrote {args.output} ({manifest.name}/{manifest.version}, {precision}): box AP "
-        f"{acc.box_ap:.4f} vs parent {acc.parent_box_ap:.4f} ({acc.box_ap_delta:+.4f}){mask} on "
-        f"{acc.images} images, {acc.runtime}"
-    )
-    return 0
-
-
-def _add_eval_parser(sub: Any) -> None:
-    ev = sub.add_parser("eval", help="COCO AP of an artifact as served (service decoding, resize, backend)")
-    ev.add_argument("--artifact", required=True, type=Path)
-    ev.add_argument("--data", required=True, help="COCO-format folder")
-    ev.add_argument("--split", help="dataset split (default: val2017 if present, else val)")
-    ev.add_argument("--max-images", type=int, help="evaluate only the first N images (by id)")
-    ev.add_argument("--backend", default="auto", help="DETECT_BACKEND to run it on")
-    ev.add_argument("--dataset-description", help="how the data was made, recorded in the manifest")
-    ev.add_argument(
-        "--write",
-        action="store_true",
-        help="record the result as the manifest's accuracy, and its quality baseline",
-    )
-
-
-def _run_eval(args: argparse.Namespace) -> int:
-    from exporters.precision.quantize import record_accuracy
-
-    accuracy = record_accuracy(
-        args.artifact,
-        args.data,
-        args.split,
-        args.backend,
-        args.max_images,
-        args.dataset_description,
-        write=args.write,
-    )
-    mask = "" if accuracy.mask_ap is None else f", mask AP {accuracy.mask_ap:.4f}"
-    print(f"box AP {accuracy.box_ap:.4f}{mask} on {accuracy.images} images ({accuracy.runtime})")
-    return 0
-
-
 # name -> (adds its subparser, runs it); the order is --help's.
 COMMANDS: dict[str, tuple[Callable[[Any], None], Callable[[argparse.Namespace], int]]] = {
     "onnx": (_add_onnx_parser, _run_onnx),
@@ -337,8 +236,9 @@ COMMANDS: dict[str, tuple[Callable[[Any], None], Callable[[argparse.Namespace], 
     "display-threshold": (_add_display_threshold_parser, _run_display_threshold),
     "fp16-eval": (_add_fp16_eval_parser, _run_fp16_eval),
     "trt": (_add_trt_parser, _run_trt),
-    "quantize": (_add_quantize_parser, _run_quantize),
-    "eval": (_add_eval_parser, _run_eval),
+    "quantize": (accuracy_commands.add_quantize_parser, accuracy_commands.run_quantize),
+    "eval": (accuracy_commands.add_eval_parser, accuracy_commands.run_eval),
+    "golden": (accuracy_commands.add_golden_parser, accuracy_commands.run_golden),
 }
 
 

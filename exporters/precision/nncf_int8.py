@@ -1,5 +1,6 @@
-"""INT8 graphs with NNCF: what stays fp32 (the ignored scope), which images calibrate, and the rewrite of
-NNCF's unsigned activation quantizers to signed INT8 (TensorRT's explicit quantization takes only INT8).
+"""INT8 graphs with NNCF: what stays fp32 (the ignored scope), which images calibrate, and the rewrites
+between NNCF's unsigned activation quantizers and signed INT8 ones (TensorRT's explicit quantization
+takes only INT8; OpenVINO runs signed activations as INT8 only on AMX, docs/quantization.md).
 
 `exporters.precision.quantize` puts these together behind the accuracy gate; docs/quantization.md gives the
 reasons.
@@ -60,44 +61,80 @@ def calibration_files(data: str, split: str, count: int, seed: int) -> tuple[Pat
     return Path(images_dir), [(int(i), str(coco.imgs[i]["file_name"])) for i in ids]
 
 
-def to_signed_int8(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The same QDQ graph with every UINT8 quantizer made INT8, in place.
-
-    NNCF quantizes non-negative activations (after ReLU) as UINT8 with zero point 0; TensorRT's explicit
-    quantization takes only INT8 Q/DQ with zero point 0 (its op check refuses UINT8), and NNCF's hardware
-    configurations do not let signed activations be forced. A UINT8 quantizer of scale ``s`` covers
-    [0, 255 s]; INT8 with scale ``255 s / 127`` covers the same range, one bit coarser, which the gate
-    measures. So one artifact serves ONNX Runtime, OpenVINO and TensorRT alike.
-    """
-    from onnx import TensorProto, numpy_helper
-
+def _quantizer_pairs(model: onnx.ModelProto, zero_type: int, inputs: set[str] | None) -> set[tuple[str, str]]:
+    """``(scale, zero point)`` initializer names of the activation quantizers (a QuantizeLinear on a computed
+    tensor; weights have a DequantizeLinear only) whose zero point has ``zero_type``, restricted to those
+    quantizing one of ``inputs`` when given."""
     inits = {init.name: init for init in model.graph.initializer}
     pairs = set()
-    quantized_outputs = set()
     for node in model.graph.node:
-        if node.op_type in ("QuantizeLinear", "DequantizeLinear") and len(node.input) == 3:
-            zero_point = inits.get(node.input[2])
-            if zero_point is not None and zero_point.data_type == TensorProto.UINT8:
-                pairs.add((node.input[1], node.input[2]))
-                if node.op_type == "QuantizeLinear":
-                    quantized_outputs.add(node.output[0])
-    retyped = quantized_outputs | {zero for _, zero in pairs}
+        if node.op_type != "QuantizeLinear" or len(node.input) != 3 or node.input[0] in inits:
+            continue
+        zero_point = inits.get(node.input[2])
+        wanted = inputs is None or node.input[0] in inputs
+        if zero_point is not None and zero_point.data_type == zero_type and wanted:
+            pairs.add((node.input[1], node.input[2]))
+    return pairs
+
+
+def _retype_quantizers(
+    model: onnx.ModelProto, pairs: set[tuple[str, str]], zero_type: int, scale_factor: float
+) -> onnx.ModelProto:
+    """Every Q/DQ using one of ``pairs`` made ``zero_type``, its scale times ``scale_factor``, in place."""
+    from onnx import helper, numpy_helper
+
+    inits = {init.name: init for init in model.graph.initializer}
+    zero_names = {zero for _, zero in pairs}
+    quantized_outputs = {
+        node.output[0]
+        for node in model.graph.node
+        if node.op_type == "QuantizeLinear" and len(node.input) == 3 and node.input[2] in zero_names
+    }
     for info in model.graph.value_info:
-        if info.name in retyped:
-            info.type.tensor_type.elem_type = TensorProto.INT8
-    for _scale, zero_name in sorted(pairs):
+        if info.name in quantized_outputs:
+            info.type.tensor_type.elem_type = zero_type
+    for zero_name in sorted(zero_names):
         zero = numpy_helper.to_array(inits[zero_name])
         if zero.any():
             raise InvalidModelError(
-                f"quantizer {zero_name} is asymmetric (zero point != 0); cannot make it INT8"
+                f"quantizer {zero_name} is asymmetric (zero point != 0); cannot retype it"
             )
-        inits[zero_name].CopyFrom(numpy_helper.from_array(zero.astype(np.int8), zero_name))
+        dtype = helper.tensor_dtype_to_np_dtype(zero_type)
+        inits[zero_name].CopyFrom(numpy_helper.from_array(zero.astype(dtype), zero_name))
     for scale_name in sorted({scale for scale, _ in pairs}):
         scale = numpy_helper.to_array(inits[scale_name])
         inits[scale_name].CopyFrom(
-            numpy_helper.from_array((scale * (255.0 / 127.0)).astype(scale.dtype), scale_name)
+            numpy_helper.from_array((scale * scale_factor).astype(scale.dtype), scale_name)
         )
     return model
+
+
+def to_signed_int8(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The same QDQ graph with every UINT8 activation quantizer made INT8, in place: what TensorRT's
+    explicit quantization takes (`exporters.tensorrt.int8` applies it when it builds an engine).
+
+    NNCF quantizes non-negative activations (after ReLU) as UINT8 with zero point 0; TensorRT takes only
+    INT8 Q/DQ with zero point 0 (its op check refuses UINT8). A UINT8 quantizer of scale ``s`` covers
+    [0, 255 s]; INT8 with scale ``255 s / 127`` covers the same range, one bit coarser. The served
+    artifact keeps NNCF's UINT8 quantizers: OpenVINO's CPU plugin runs signed activations as INT8 only on
+    AMX (and AVX2-VNNI-2) CPUs and elsewhere computes a different, much worse answer
+    (docs/quantization.md, "The same answers on every CPU").
+    """
+    from onnx import TensorProto
+
+    return _retype_quantizers(
+        model, _quantizer_pairs(model, TensorProto.UINT8, None), TensorProto.INT8, 255.0 / 127.0
+    )
+
+
+def to_unsigned_activations(model: onnx.ModelProto, nonnegative: set[str]) -> onnx.ModelProto:
+    """The inverse of `to_signed_int8`, in place: the INT8 activation quantizers of the tensors in
+    ``nonnegative`` made UINT8 again with scale ``127 s / 255`` (NNCF's own choice for a tensor that is
+    never negative on the calibration images). For INT8 artifacts written with signed activations."""
+    from onnx import TensorProto
+
+    pairs = _quantizer_pairs(model, TensorProto.INT8, nonnegative)
+    return _retype_quantizers(model, pairs, TensorProto.UINT8, 127.0 / 255.0)
 
 
 def store_kept_weights_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -114,8 +151,8 @@ def store_kept_weights_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
 
 NNCF_SETTINGS = {
     "preset": "nncf default (PERFORMANCE: symmetric weights and activations)",
-    "activations": "UINT8 quantizers rewritten as INT8, scale x 255/127 "
-    "(exporters.precision.nncf_int8.to_signed_int8)",
+    "activations": "NNCF's own: UINT8 where the calibration images never make them negative (after ReLU), "
+    "INT8 elsewhere",
     "weights": "INT8 per channel (nncf default)",
     "fast_bias_correction": True,
 }
@@ -133,15 +170,14 @@ def quantize_batches(
 
     nncf.set_log_level(logging.WARNING)
     dataset = nncf.Dataset(batches, lambda images: {manifest.input.name: images})
-    return to_signed_int8(
-        nncf.quantize(
-            model,
-            dataset,
-            subset_size=len(batches),
-            ignored_scope=nncf_ignored_scope(scope),
-            **(options or {}),
-        )
+    quantized: onnx.ModelProto = nncf.quantize(
+        model,
+        dataset,
+        subset_size=len(batches),
+        ignored_scope=nncf_ignored_scope(scope),
+        **(options or {}),
     )
+    return quantized
 
 
 def quantize_int8(

@@ -45,10 +45,11 @@ import onnx
 from contract.manifest import MANIFEST_FILE, Accuracy, Manifest, Parent
 from exporters.artifact import read_artifact, staged_directory, tool_versions, utc_now
 from exporters.errors import ExportError, InvalidModelError, VerificationError
-from exporters.evaluation.coco_ap import APComparison
+from exporters.evaluation.golden import write_artifact_golden
 from exporters.evaluation.served_eval import served_batches, served_metrics, split_image_ids
 from exporters.manifests import derived_manifest
 from exporters.onnx.graph import ensure_node_names, load_checked, restore_weights_fp32
+from exporters.precision.gate import accuracy_record, by_isa, gate_failures, measure_by_class, metric_ap
 from exporters.precision.nncf_int8 import (
     NNCF_SETTINGS,
     calibration_files,
@@ -56,9 +57,7 @@ from exporters.precision.nncf_int8 import (
     nncf_ignored_scope,
     quantize_int8,
     store_kept_weights_fp16,
-    to_signed_int8,
 )
-from service.served import cpu_int8_instructions
 from training.checkpoint import sha256_file
 
 Precision = Literal["int8", "bf16"]
@@ -92,6 +91,8 @@ class QuantizeRequest:
     version: str | None = None
     force: bool = False
     nncf_options: dict[str, Any] = field(default_factory=dict)
+    # The CPU classes the gate measures an OpenVINO variant under (None: every one this machine reaches)
+    cpu_classes: list[str] | None = None
 
 
 def quantize_int8_with_accuracy_control(
@@ -107,7 +108,7 @@ def quantize_int8_with_accuracy_control(
     served box AP on the validation split is within ``max_ap_drop`` of the fp32 model's.
 
     NNCF's data items are the validation image ids. Each candidate is evaluated as the service would serve
-    it (with signed INT8 quantizers, as written, through ``--backend``'s INT8 choice) on exactly the ids
+    it (as written, through ``--backend``'s INT8 choice) on exactly the ids
     NNCF passes, and each image's own AP comes back with the total: NNCF ranks the quantizer groups on
     the ``ranking_images`` images whose AP the full INT8 model changed most, then reverts groups one by
     one, checking the whole split.
@@ -128,7 +129,7 @@ def quantize_int8_with_accuracy_control(
             int8 = manifest.model_copy(
                 update={"precision": "int8", "unquantized_precision": request.unquantized_precision}
             )
-            _write_variant(to_signed_int8(served), int8, candidate)
+            _write_variant(served, int8, candidate)
         else:  # NNCF validates the fp32 model too
             _write_variant(served, manifest, candidate)
         ids = [int(i) for i in items]
@@ -137,21 +138,20 @@ def quantize_int8_with_accuracy_control(
         )
         return float(metrics["bbox"]["AP"]), [metrics["per_image_box_ap"][i] for i in ids]
 
-    return to_signed_int8(
-        nncf.quantize_with_accuracy_control(
-            model,
-            calibration_dataset=calibration,
-            validation_dataset=nncf.Dataset(val_ids),
-            validation_fn=validate,
-            max_drop=request.max_ap_drop,
-            drop_type=nncf.DropType.ABSOLUTE,
-            subset_size=len(batches),
-            ignored_scope=nncf_ignored_scope(scope),
-            advanced_accuracy_restorer_parameters=AdvancedAccuracyRestorerParameters(
-                ranking_subset_size=request.ranking_images
-            ),
-        )
+    quantized: onnx.ModelProto = nncf.quantize_with_accuracy_control(
+        model,
+        calibration_dataset=calibration,
+        validation_dataset=nncf.Dataset(val_ids),
+        validation_fn=validate,
+        max_drop=request.max_ap_drop,
+        drop_type=nncf.DropType.ABSOLUTE,
+        subset_size=len(batches),
+        ignored_scope=nncf_ignored_scope(scope),
+        advanced_accuracy_restorer_parameters=AdvancedAccuracyRestorerParameters(
+            ranking_subset_size=request.ranking_images
+        ),
     )
+    return quantized
 
 
 def _write_variant(model: onnx.ModelProto, manifest: Manifest, directory: Path) -> None:
@@ -160,48 +160,7 @@ def _write_variant(model: onnx.ModelProto, manifest: Manifest, directory: Path) 
     manifest.write(directory)
 
 
-# ------------------------------------------------------------------------------------------ the gate
-
-
-def _ap(metrics: dict[str, Any], iou_type: str) -> float | None:
-    stats = metrics.get(iou_type)
-    return None if stats is None else float(stats["AP"])
-
-
-def accuracy_record(
-    variant: dict[str, Any], parent: dict[str, Any], request: QuantizeRequest, runtime: str
-) -> Accuracy:
-    ap = APComparison(
-        "parent", "variant", parent["bbox"], variant["bbox"], parent.get("segm"), variant.get("segm")
-    )
-    return Accuracy(
-        dataset=request.dataset_description or request.data,
-        split=str(variant["split"]),
-        images=int(variant["images"]),
-        annotations_sha256=str(variant["annotations_sha256"]),
-        runtime=runtime,
-        box_ap=float(ap.candidate["AP"]),
-        mask_ap=_ap(variant, "segm"),
-        parent_box_ap=float(ap.reference["AP"]),
-        parent_mask_ap=_ap(parent, "segm"),
-        box_ap_delta=ap.ap_delta,
-        mask_ap_delta=ap.mask_ap_delta,
-        max_ap_drop=request.max_ap_drop if request.gate else None,
-        measured_at=utc_now(),
-        cpu_int8=cpu_int8_instructions() if request.precision == "int8" and ",CPU," in runtime else None,
-    )
-
-
-def gate_failures(accuracy: Accuracy, max_ap_drop: float) -> list[str]:
-    """What exceeds the gate, in words (empty when the variant passes)."""
-    failures = []
-    for what, delta, value, parent in (
-        ("box AP", accuracy.box_ap_delta, accuracy.box_ap, accuracy.parent_box_ap),
-        ("mask AP", accuracy.mask_ap_delta, accuracy.mask_ap, accuracy.parent_mask_ap),
-    ):
-        if delta is not None and -delta > max_ap_drop:
-            failures.append(f"{what} {value:.4f} vs the parent's {parent:.4f} ({delta:+.4f})")
-    return failures
+# ------------------------------------------------------------------------------------------ records
 
 
 def record_accuracy(
@@ -212,10 +171,13 @@ def record_accuracy(
     max_images: int | None,
     description: str | None,
     write: bool,
+    cpu_classes: list[str] | None = None,
 ) -> Accuracy:
-    """``detect-export eval``: the artifact's served AP, recorded as its manifest's ``accuracy``."""
+    """``detect-export eval``: the artifact's served AP, recorded as its manifest's ``accuracy`` (with each
+    CPU class's for an OpenVINO artifact, `exporters.precision.gate.measure_by_class`)."""
     manifest, _ = read_artifact(artifact)
     metrics = served_metrics(artifact, data, split, backend=backend, max_images=max_images)
+    classes = measure_by_class(artifact, metrics, data, split, backend, max_images, cpu_classes)
     accuracy = Accuracy(
         dataset=description or data,
         split=str(metrics["split"]),
@@ -223,8 +185,9 @@ def record_accuracy(
         annotations_sha256=str(metrics["annotations_sha256"]),
         runtime=str(metrics["runtime"]),
         box_ap=float(metrics["bbox"]["AP"]),
-        mask_ap=_ap(metrics, "segm"),
+        mask_ap=metric_ap(metrics, "segm"),
         measured_at=utc_now(),
+        by_isa=by_isa(classes, None, None),
     )
     if write:
         quality = metrics["detections"].quality(manifest.default_threshold)
@@ -306,9 +269,24 @@ def quantize_artifact(request: QuantizeRequest) -> Manifest:
             manifest = _variant_manifest(parent, parent_path, request, name, version, settings)
             write_bf16_variant(parent_path, manifest, variant_dir)
         variant_metrics = measured(variant_dir)
-        runtime = str(variant_metrics["runtime"])
         parent_metrics = measured(request.artifact)
-        accuracy = accuracy_record(variant_metrics, parent_metrics, request, runtime)
+        classes = measure_by_class(
+            variant_dir,
+            variant_metrics,
+            request.data,
+            request.val_split,
+            request.backend,
+            request.max_eval_images,
+            request.cpu_classes,
+        )
+        accuracy = accuracy_record(
+            variant_metrics,
+            parent_metrics,
+            dataset=request.dataset_description or request.data,
+            max_ap_drop=request.max_ap_drop if request.gate else None,
+            int8=request.precision == "int8",
+            classes=classes,
+        )
         failures = gate_failures(accuracy, request.max_ap_drop)
         if failures and request.gate:
             hint = (
@@ -332,6 +310,9 @@ def quantize_artifact(request: QuantizeRequest) -> Manifest:
         )
         quality = variant_metrics["detections"].quality(manifest.default_threshold)
         manifest = manifest.model_copy(update={"quality": quality})
+        manifest = write_artifact_golden(
+            variant_dir, request.data, request.val_split, backend=request.backend, manifest=manifest
+        )
         with staged_directory(request.output, force=request.force) as staging:
             for path in variant_dir.iterdir():  # the model file (and an IR's weights)
                 if path.name != "manifest.json":
