@@ -63,6 +63,13 @@ def add_quantize_parser(sub: Any) -> None:
     q.add_argument("--backend", default="auto", help="DETECT_BACKEND the INT8 gate runs the variant on")
     q.add_argument("--dataset-description", help="how the data was made, recorded in the manifest")
     q.add_argument("--cpu-classes", type=_cpu_classes, help=_CPU_CLASSES_HELP)
+    q.add_argument(
+        "--overflow-fix",
+        choices=("enable", "first_layer_only", "disable"),
+        default="enable",
+        help="int8: NNCF's overflow fix, weights in 7 bits (enable: every layer, the default, so AVX2's "
+        "saturating int16 sums do not clip)",
+    )
     q.add_argument("--name")
     q.add_argument("--version")
     q.add_argument("--force", action="store_true", help="replace an existing output folder")

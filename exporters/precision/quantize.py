@@ -51,7 +51,10 @@ from exporters.manifests import derived_manifest
 from exporters.onnx.graph import ensure_node_names, load_checked, restore_weights_fp32
 from exporters.precision.gate import accuracy_record, by_isa, gate_failures, measure_by_class, metric_ap
 from exporters.precision.nncf_int8 import (
+    DEFAULT_OVERFLOW_FIX,
     NNCF_SETTINGS,
+    OverflowFixMode,
+    advanced_parameters,
     calibration_files,
     ignored_scope,
     nncf_ignored_scope,
@@ -91,6 +94,7 @@ class QuantizeRequest:
     version: str | None = None
     force: bool = False
     nncf_options: dict[str, Any] = field(default_factory=dict)
+    overflow_fix: OverflowFixMode = DEFAULT_OVERFLOW_FIX  # NNCF's, docs/quantization.md
     # The CPU classes the gate measures an OpenVINO variant under (None: every one this machine reaches)
     cpu_classes: list[str] | None = None
 
@@ -147,6 +151,7 @@ def quantize_int8_with_accuracy_control(
         drop_type=nncf.DropType.ABSOLUTE,
         subset_size=len(batches),
         ignored_scope=nncf_ignored_scope(scope),
+        advanced_quantization_parameters=advanced_parameters(request.overflow_fix),
         advanced_accuracy_restorer_parameters=AdvancedAccuracyRestorerParameters(
             ranking_subset_size=request.ranking_images
         ),
@@ -337,7 +342,9 @@ def _make_int8(
             model, parent, images_dir, files, scope, request, work
         )
     else:
-        quantized = quantize_int8(model, parent, images_dir, files, scope, request.nncf_options)
+        quantized = quantize_int8(
+            model, parent, images_dir, files, scope, request.nncf_options, request.overflow_fix
+        )
     weight_storage = parent.provenance.export_settings.get("weight_storage", "float32")
     if weight_storage == "float16":
         quantized = store_kept_weights_fp16(quantized)
@@ -357,6 +364,7 @@ def _make_int8(
             "subset_size": len(files),
             "settings": NNCF_SETTINGS,
             "options": request.nncf_options,
+            "overflow_fix": request.overflow_fix,
             "ignored_scope": {
                 "names": len(scope["names"]),
                 "patterns": scope["patterns"],

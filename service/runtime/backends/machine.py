@@ -14,6 +14,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from contract.cpu_classes import UnknownIsaError, cpu_flags, effective_class
+
 
 @lru_cache(maxsize=1)
 def gpu_present() -> bool:
@@ -69,13 +71,26 @@ def openvino_core() -> Any:
         return _CORE
 
 
+# CPU classes (`contract.cpu_classes`) without bf16 units.
+_NO_BF16_CLASSES = ("avx2", "avx512_vnni")
+
+
 @lru_cache(maxsize=1)
 def openvino_cpu_capabilities() -> tuple[str, ...]:
     """OpenVINO's ``OPTIMIZATION_CAPABILITIES`` of this CPU (``FP32``, ``INT8``, ``BF16`` where it has bf16
-    units: AVX-512 BF16 or AMX); empty without openvino."""
+    units: AVX-512 BF16 or AMX); empty without openvino.
+
+    ``BF16`` is left out when ``ONEDNN_MAX_CPU_ISA`` caps the process below the bf16 classes: the plugin
+    reads the CPU's flags for its capabilities, but its kernels obey the cap, and a bf16 graph compiled
+    under such a cap fails (no pooling kernel) where a CPU of that class would simply run f32."""
     if not openvino_available():
         return ()
-    return tuple(openvino_core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+    capabilities = tuple(openvino_core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+    try:
+        capped = effective_class(cpu_flags()) in _NO_BF16_CLASSES
+    except UnknownIsaError:  # refused where the service starts (service.settings)
+        capped = False
+    return tuple(c for c in capabilities if not (capped and c == "BF16"))
 
 
 def cpu_has_bf16() -> bool:
@@ -93,7 +108,7 @@ def cpu_has_int8_dot_product(cpuinfo: str = "/proc/cpuinfo") -> bool | None:
     (no /proc/cpuinfo). Without one, OpenVINO's INT8 kernels fall back to AVX2's ``vpmaddubsw``, whose
     16-bit sums of u8 x s8 products saturate, so INT8 artifacts score lower than where they were measured.
     """
-    flags = _cpu_flags(cpuinfo)
+    flags = cpu_flags(cpuinfo)
     return None if flags is None else any(flag in flags for flag in INT8_DOT_PRODUCT_FLAGS)
 
 
@@ -103,15 +118,7 @@ def cpu_int8_instructions(cpuinfo: str = "/proc/cpuinfo") -> str:
     ``avx512_vnni``, ``avx_vnni``, ``none`` (AVX2's saturating ``vpmaddubsw``), or ``unknown`` (no
     /proc/cpuinfo). INT8 results differ between these, so an INT8 artifact's recorded accuracy names it
     (`contract.manifest.Accuracy.cpu_int8`)."""
-    flags = _cpu_flags(cpuinfo)
+    flags = cpu_flags(cpuinfo)
     if flags is None:
         return "unknown"
     return next((flag for flag in ("amx_int8", "avx512_vnni", "avx_vnni") if flag in flags), "none")
-
-
-def _cpu_flags(cpuinfo: str) -> set[str] | None:
-    try:
-        text = Path(cpuinfo).read_text()
-    except OSError:
-        return None
-    return {flag for line in text.splitlines() if line.startswith("flags") for flag in line.split()}
