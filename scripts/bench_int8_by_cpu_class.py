@@ -111,7 +111,7 @@ def measure(pairs: list[tuple[Path, Path | None]], batch_sizes: list[int], round
                 }
             for backend in runs.values():
                 backend.close()
-            results[manifest.name] = row
+            results[str(int8_dir)] = row
     return results
 
 

@@ -40,6 +40,7 @@ from service.runtime.metrics import ServiceMetrics, serve_metrics
 from service.runtime.model_control import ModelControl
 from service.runtime.model_runtime import ModelRuntime
 from service.runtime.repository import scan_repository, select_versions
+from service.runtime.self_check import check_isa_environment
 from service.settings import Settings
 from service.streams.manager import StreamManager
 from service.streams.metrics import StreamMetrics
@@ -74,9 +75,11 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     """The service app for ``settings`` (default: from the environment).
 
     ``backend_factory`` turns a repository entry into a backend (default `create_backend`); tests wrap
-    it to observe or pace real backends. Raises `RepositoryError` for a broken model repository and
-    `ApiKeyError` for an unreadable or empty key file.
+    it to observe or pace real backends. Raises `RepositoryError` for a broken model repository,
+    `ApiKeyError` for an unreadable or empty key file and `UnknownIsaError` for an ``ONEDNN_MAX_CPU_ISA``
+    oneDNN does not know (it would run another CPU class than the one asked for, silently).
     """
+    check_isa_environment()
     settings = settings if settings is not None else Settings()
     entries = select_versions(scan_repository(settings.model_repository), settings.versions)
     api_keys = load_api_keys(settings)

@@ -3,7 +3,8 @@
     detect-serve --model-repository models --host 0.0.0.0 --port 8000
 
 Flags override ``DETECT_*`` environment variables (see `service.settings.Settings`). A broken model
-repository exits with status 2 before the server starts.
+repository, or an ``ONEDNN_MAX_CPU_ISA`` that oneDNN does not know, exits with status 2 before the server
+starts.
 
 On the first SIGTERM or SIGINT the server keeps listening but drains: readiness fails at once (so a
 load balancer stops routing here), new detect requests get 503, requests in flight and queued work

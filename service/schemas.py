@@ -156,6 +156,12 @@ class DetectionResult(BaseModel):
     width: int = Field(description="original image width in pixels (after EXIF orientation)")
     height: int
     detections: list[Detection]
+    served_by: str | None = Field(
+        default=None,
+        description="name:version of the artifact that computed the detections when it is not the one asked "
+        "for: the fp32 parent serving in the place of a variant that failed its self-check at load "
+        "(`self_check` in /v1/models); absent otherwise",
+    )
     tiles: list[Box] | None = Field(
         default=None,
         description="tiled requests only: the tiles the image was cut into, in original-image pixels (the "
@@ -173,6 +179,51 @@ class BatchingInfo(BaseModel):
     max_batch_size: int
     max_queue_delay_ms: float
     max_queue_size: int
+
+
+class SelfCheckInfo(BaseModel):
+    """The self-check at load: the artifact's golden inputs run on this server, against the detections it
+    gave where it was made (docs/operations.md, "Self-check at load")."""
+
+    status: Literal["passed", "failed", "absent"] = Field(
+        description="passed | failed | absent (the artifact carries no golden inputs: served unchecked)"
+    )
+    agreement: float | None = Field(
+        description="share of the compared detections that agree (matched: same class, IoU and score "
+        "within the manifest's tolerances); null when absent"
+    )
+    min_agreement: float | None = Field(description="the agreement the artifact needs to pass")
+    agreeing: int | None = Field(default=None, description="detections that agree")
+    missing: int | None = Field(
+        default=None, description="expected detections, clearly above the threshold, not found"
+    )
+    unexpected: int | None = Field(
+        default=None, description="detections found clearly above the threshold, not expected"
+    )
+    moved: int | None = Field(
+        default=None, description="matched detections whose score or box moved past the tolerance"
+    )
+    max_score_error: float | None = Field(
+        default=None, description="largest score difference of a matched pair"
+    )
+    min_iou: float | None = Field(default=None, description="smallest overlap of a matched pair")
+    images: int = Field(description="golden inputs run")
+    cpu_class: str | None = Field(
+        description="the x86 CPU class this server runs as (avx2 | avx512_vnni | avx512_bf16 | amx, "
+        "lowered by ONEDNN_MAX_CPU_ISA); null when unknown"
+    )
+    reference: str | None = Field(
+        description="the runtime and CPU class that produced the expected detections"
+    )
+    policy: str = Field(description="the self_check_failure setting applied: warn | fallback | refuse")
+    action: Literal["served", "served_anyway", "fell_back", "refused"] = Field(
+        description="served (passed or absent), served_anyway (failed, warn), fell_back (failed: the fp32 "
+        "parent answers in its place), refused (failed: not served)"
+    )
+    served_by: str | None = Field(
+        description="name:version of the fp32 parent answering for this version (fell_back); else null"
+    )
+    detail: str = Field(description="the result in one sentence; for a failure, what was done and why")
 
 
 class ModelInfo(BaseModel):
@@ -207,6 +258,9 @@ class ModelInfo(BaseModel):
     metrics: dict[str, object]
     parent: Parent | None = Field(default=None, description="the fp32 artifact a variant was derived from")
     accuracy: Accuracy | None = Field(default=None, description="measured COCO AP (and change vs parent)")
+    self_check: SelfCheckInfo | None = Field(
+        default=None, description="the self-check at load; null until the version is checked"
+    )
 
 
 class ModelList(BaseModel):

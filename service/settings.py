@@ -195,6 +195,11 @@ class Settings(BaseSettings):
     access_log: bool = True
     # Run one inference per model before reporting ready (first runs allocate and compile kernels).
     warmup: bool = True
+    # What a model version does when its golden inputs disagree at load (docs/operations.md, "Self-check at
+    # load"): "warn" serves it anyway (logged at ERROR); "fallback" serves its fp32 parent from the model
+    # repository in its place (logged at ERROR, shown in /v1/models and in each answer; with no parent to
+    # serve, as "refuse"); "refuse" leaves it not ready (failed), as any failed load.
+    self_check_failure: Literal["warn", "fallback", "refuse"] = "fallback"
 
     # Video files through POST /detect (docs/video.md). A raw body with a video/* Content-Type may be up to
     # video_max_bytes (other bodies, multipart included: max_body_bytes), held in the body memory budget.

@@ -91,7 +91,7 @@ def _retype_quantizers(
         if node.op_type == "QuantizeLinear" and len(node.input) == 3 and node.input[2] in zero_names
     }
     for info in model.graph.value_info:
-        if info.name in quantized_outputs:
+        if info.name in quantized_outputs or info.name in zero_names:  # initializers may have one too
             info.type.tensor_type.elem_type = zero_type
     for zero_name in sorted(zero_names):
         zero = numpy_helper.to_array(inits[zero_name])

@@ -356,6 +356,7 @@ def _json_result(
         width=width,
         height=height,
         detections=to_schema(outcome.detections, model.manifest.labels, rles, polygons),
+        served_by=model.served_by,
         tiles=_tile_boxes(outcome.tiles),
     )
     stages.stage("encode", time.perf_counter() - started)

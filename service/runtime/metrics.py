@@ -5,7 +5,10 @@ postprocess (selecting detections), encode (the JSON result: mask pasting, RLE /
 boxed image), each once per image, and the end-to-end request time. Batch size is a histogram, so the mean
 batch size is ``rate(detect_batch_size_sum) / rate(detect_batch_size_count)``; why each batch closed is a
 counter by ``reason`` (full | delay | deadline | drain | idle). ``detect_model_info`` labels each loaded
-model version with its runtime and the inference precision in effect.
+model version with its runtime and the inference precision in effect. ``detect_model_self_check`` is the
+outcome of each version's self-check at load (passed | failed | absent: no golden inputs) and
+``detect_model_self_check_agreement`` the share of its golden detections this server reproduced
+(`service.runtime.self_check`).
 
 The detect_quality_* metrics (what each model outputs, beside its manifest's validation baseline) are
 described in `service.runtime.quality_metrics`.
@@ -20,12 +23,14 @@ decoded image budgets of the settings.
 from __future__ import annotations
 
 import os
+from contextlib import suppress
 from typing import TYPE_CHECKING
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
     CollectorRegistry,
     Counter,
+    Enum,
     Gauge,
     Histogram,
     ProcessCollector,
@@ -49,6 +54,8 @@ if TYPE_CHECKING:
 STAGE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 BATCH_SIZE_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 128)
 STAGES = ("decode", "preprocess", "queue_wait", "inference", "postprocess", "encode", "render")
+
+SELF_CHECK_STATES = ("passed", "failed", "absent")
 
 # Requests whose model is unknown (or not yet resolved) share this label value, which bounds cardinality.
 NO_MODEL = "none"
@@ -165,6 +172,21 @@ class ServiceMetrics:
             ["model", "version", "backend", "precision"],
             registry=r,
         )
+        # The self-check at load (service/runtime/self_check.py): golden inputs run on this server's CPU.
+        self.model_self_check = Enum(
+            "detect_model_self_check",
+            "Self-check of the model version at load: its golden inputs run here agree (passed) or not "
+            "(failed), or the artifact has none (absent)",
+            ["model", "version"],
+            states=list(SELF_CHECK_STATES),
+            registry=r,
+        )
+        self.model_self_check_agreement = Gauge(
+            "detect_model_self_check_agreement",
+            "Share of the model version's golden detections reproduced at load (1.0: all of them)",
+            ["model", "version"],
+            registry=r,
+        )
 
         # Operations: readiness as the probe answers it, the RSS and the bound it should stay under.
         ProcessCollector(registry=r)
@@ -199,6 +221,21 @@ class ServiceMetrics:
     def serving_info(self, model: str, version: str, backend: str, precision: str) -> None:
         """Record which runtime and inference precision serve ``model``/``version`` (an info gauge)."""
         self.model_info.labels(model=model, version=version, backend=backend, precision=precision).set(1)
+
+    def self_checked(self, model: str, version: str, status: str, agreement: float | None) -> None:
+        """Record ``model``/``version``'s self-check (``status`` one of `SELF_CHECK_STATES`)."""
+        self.model_self_check.labels(model=model, version=version).state(status)
+        if agreement is not None:
+            self.model_self_check_agreement.labels(model=model, version=version).set(agreement)
+        else:
+            with suppress(KeyError):
+                self.model_self_check_agreement.remove(model, version)
+
+    def forget_self_check(self, model: str, version: str) -> None:
+        """Drop ``model``/``version``'s self-check series (the version is gone)."""
+        for metric in (self.model_self_check, self.model_self_check_agreement):
+            with suppress(KeyError):
+                metric.remove(model, version)
 
     def for_model(self, model: str, manifest: Manifest | None = None) -> ModelMetrics:
         """Metrics of one model, with its label series created up front so rates start at zero; with

@@ -7,6 +7,9 @@ server answers liveness at once and readiness only when every model serves.
 Models can also change while serving (`service.runtime.model_control`): every request holds a lease on the
 model version it resolved (`LoadedModel.lease`) until it is answered, so a version that is swapped out
 or unloaded is retired (`LoadedModel.retire`) only once its last request finished.
+
+Before a version serves, its golden inputs are checked on this machine (`service.runtime.self_check`); the
+outcome is `LoadedModel.self_check`, and a failure is served anyway, served by the fp32 parent, or refused.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
+from dataclasses import replace
 from typing import Literal
 
 import numpy as np
@@ -31,6 +35,7 @@ from service.runtime.default_model import no_default_message, resolve_default_mo
 from service.runtime.metrics import ModelMetrics, ServiceMetrics
 from service.runtime.repository import ModelEntry, version_sort_key
 from service.runtime.rollout import Rollouts
+from service.runtime.self_check import SelfCheckRefused, SelfCheckReport, run_self_check
 from service.settings import BatchingConfig, Settings
 
 logger = logging.getLogger(__name__)
@@ -50,6 +55,7 @@ class LoadedModel:
         self.state: ModelState = "pending"
         self.error: str | None = None
         self.load_seconds: float | None = None
+        self.self_check: SelfCheckReport | None = None  # None until checked (or its golden file is broken)
         self._leases = 0
         self._retired = False
         self._unleased = asyncio.Event()
@@ -66,6 +72,11 @@ class LoadedModel:
     @property
     def manifest(self) -> Manifest:
         return self.entry.manifest
+
+    @property
+    def served_by(self) -> str | None:
+        """``name:version`` of the fp32 parent answering in this version's place after a failed self-check."""
+        return self.self_check.served_by if self.self_check is not None else None
 
     @property
     def ready(self) -> bool:
@@ -224,6 +235,9 @@ class ModelRuntime:
         self._metrics.model_ready.labels(model=model.name, version=model.version).set_function(
             _readiness_of(model)
         )
+        if model.self_check is not None:  # loaded while serving: its check shows once it serves
+            check = model.self_check
+            self._metrics.self_checked(model.name, model.version, check.status, check.agreement)
 
     def unpublish(self, model: LoadedModel) -> None:
         """Drop ``model``'s readiness series, unless a version of the same number serves in its place."""
@@ -231,6 +245,7 @@ class ModelRuntime:
         if current is None:
             with suppress(KeyError):  # never published (it failed to load)
                 self._metrics.model_ready.remove(model.name, model.version)
+            self._metrics.forget_self_check(model.name, model.version)
         labels = _info_labels(model)
         if labels is not None and (current is None or _info_labels(current) != labels):
             with suppress(KeyError):
@@ -262,12 +277,13 @@ class ModelRuntime:
         try:
             model.state = "loading"
             model.backend = await asyncio.to_thread(self._factory, model.entry, self.settings)
-            labels = _info_labels(model)
-            assert labels is not None
-            self._metrics.serving_info(*labels)
             if self.settings.warmup:
                 model.state = "warming"
                 await asyncio.to_thread(model.warmup)
+            await self._self_check(model)
+            labels = _info_labels(model)
+            assert labels is not None
+            self._metrics.serving_info(*labels)
             model.batcher = DynamicBatcher(
                 f"{model.name}:{model.version}",
                 model.run_batch,
@@ -292,8 +308,9 @@ class ModelRuntime:
             if model.backend is not None:  # loaded but failed to warm up: free it now
                 await asyncio.to_thread(model.backend.close)
                 model.backend = None
+            trace = None if isinstance(exc, SelfCheckRefused) else exc  # a refusal is no crash: no traceback
             logger.error(
-                "model %s version %s failed to load: %s", model.name, model.version, exc, exc_info=exc
+                "model %s version %s failed to load: %s", model.name, model.version, exc, exc_info=trace
             )
         else:
             backend = model.backend.description if model.backend else "?"
@@ -306,6 +323,26 @@ class ModelRuntime:
                 model.batching.max_batch_size,
                 model.batching.max_queue_delay_s * 1000,
             )
+
+    async def _self_check(self, model: LoadedModel) -> None:
+        """Check ``model``'s golden inputs on its backend; for a fallback, swap in (and warm up) its fp32
+        parent's backend; raise `SelfCheckRefused` when it is not to be served."""
+        assert model.backend is not None
+        report, backend = await run_self_check(
+            model.entry, model.backend, self.settings, self._factory, model.batching.max_batch_size
+        )
+        model.self_check = report
+        if self.models.get(model.name, {}).get(model.version) is model:  # else: when published
+            self._metrics.self_checked(model.name, model.version, report.status, report.agreement)
+        if backend is None:
+            raise SelfCheckRefused(report.detail)
+        if backend is not model.backend:
+            own, model.backend = model.backend, backend
+            await asyncio.to_thread(own.close)
+            limit = min(model.batching.max_batch_size, backend.max_batch_size)
+            model.batching = replace(model.batching, max_batch_size=limit)
+            if self.settings.warmup:
+                await asyncio.to_thread(model.warmup)
 
     # -------------------------------------------------------------- serving
 

@@ -164,6 +164,22 @@ def scan_model(root: str | Path, name: str) -> list[ModelEntry]:
     return _scan_versions(model_dir)
 
 
+def scan_version(root: str | Path, name: str, version: str) -> ModelEntry:
+    """Version ``version`` of model ``name`` under ``root``, whatever the other versions hold.
+
+    Raises `RepositoryError` for an invalid name or version, a missing folder or a broken version.
+    """
+    check_model_name(name)
+    if not _MODEL_NAME.fullmatch(version) or ".." in version:
+        raise RepositoryError(f"invalid version {version!r}: expected a folder name")
+    version_dir = Path(root) / name / version
+    if not version_dir.is_dir():
+        raise RepositoryError(
+            f"model {name!r} version {version!r} is not in the repository ({version_dir} is not a folder)"
+        )
+    return _read_entry(name, version_dir)
+
+
 @dataclass(frozen=True)
 class IndexEntry:
     """One version folder found in the repository, or why it cannot be loaded (``error``)."""

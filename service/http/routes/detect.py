@@ -105,7 +105,12 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
                 "description": "this request's milliseconds per stage: decode, preprocess, queue_wait, "
                 "inference, postprocess, encode (JSON) or render (image), total",
                 "schema": {"type": "string"},
-            }
+            },
+            "X-Served-By": {
+                "description": "boxed images and videos: name:version of the fp32 parent that computed the "
+                "answer in the place of a variant that failed its self-check at load (JSON: `served_by`)",
+                "schema": {"type": "string"},
+            },
         },
     },
     **{
@@ -225,7 +230,7 @@ async def _video_response(
         video_job(run, upload.data, options, VideoConfig.from_settings(settings), resources)
     )
     owned.enter_context(run.model.lease())  # the version serves until the last frame, even if swapped
-    headers = {"X-Model": run.model.name, "X-Model-Version": run.model.version}
+    headers = _model_headers(run.model)
     body = _owned_body(job.body(), owned.pop_all())
     return StreamingResponse(body, media_type=job.media_type, headers=headers)
 
@@ -238,11 +243,15 @@ async def _owned_body(body: AsyncIterator[bytes], owned: AsyncExitStack) -> Asyn
 
 def _response(model: LoadedModel, output: list[DetectionResult] | BoxedImage) -> Response:
     if isinstance(output, BoxedImage):
-        headers = {
-            "X-Model": model.name,
-            "X-Model-Version": model.version,
-            "X-Detections": str(output.detections),
-        }
+        headers = {**_model_headers(model), "X-Detections": str(output.detections)}
         return Response(output.data, media_type=MEDIA_TYPES[output.format], headers=headers)
     body = output[0] if len(output) == 1 else DetectionResults(results=output)
     return Response(body.model_dump_json(exclude_none=True), media_type="application/json")
+
+
+def _model_headers(model: LoadedModel) -> dict[str, str]:
+    """Which version answered; ``X-Served-By``: the fp32 parent computing in its place (self-check)."""
+    headers = {"X-Model": model.name, "X-Model-Version": model.version}
+    if model.served_by is not None:
+        headers["X-Served-By"] = model.served_by
+    return headers

@@ -6,7 +6,7 @@ from fastapi import APIRouter
 
 from service.http.deps import RuntimeDep
 from service.runtime.model_runtime import LoadedModel
-from service.schemas import BatchingInfo, ErrorBody, ModelInfo, ModelList
+from service.schemas import BatchingInfo, ErrorBody, ModelInfo, ModelList, SelfCheckInfo
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
 
@@ -41,6 +41,9 @@ def model_info(model: LoadedModel, default_model: str | None) -> ModelInfo:
         metrics=dict(m.metrics),
         parent=m.parent,
         accuracy=m.accuracy,
+        self_check=(
+            SelfCheckInfo.model_validate(model.self_check.to_dict()) if model.self_check is not None else None
+        ),
     )
 
 

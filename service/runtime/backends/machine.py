@@ -98,20 +98,6 @@ def cpu_has_bf16() -> bool:
     return "BF16" in openvino_cpu_capabilities()
 
 
-# CPU flags (Linux /proc/cpuinfo) of an INT8 dot-product instruction: AVX-512 VNNI, AVX-VNNI, AMX.
-INT8_DOT_PRODUCT_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
-
-
-@lru_cache(maxsize=1)
-def cpu_has_int8_dot_product(cpuinfo: str = "/proc/cpuinfo") -> bool | None:
-    """True when the CPU has an INT8 dot-product instruction (`INT8_DOT_PRODUCT_FLAGS`); None when unknown
-    (no /proc/cpuinfo). Without one, OpenVINO's INT8 kernels fall back to AVX2's ``vpmaddubsw``, whose
-    16-bit sums of u8 x s8 products saturate, so INT8 artifacts score lower than where they were measured.
-    """
-    flags = cpu_flags(cpuinfo)
-    return None if flags is None else any(flag in flags for flag in INT8_DOT_PRODUCT_FLAGS)
-
-
 @lru_cache(maxsize=1)
 def cpu_int8_instructions(cpuinfo: str = "/proc/cpuinfo") -> str:
     """Which INT8 instructions OpenVINO's INT8 kernels use on this CPU, the most capable first: ``amx_int8``,

@@ -26,12 +26,11 @@ from typing import Any, Literal
 
 import numpy as np
 
+from contract.cpu_classes import cpu_flags, effective_class
 from contract.manifest import Manifest
 from service.errors import BackendError
 from service.runtime.backends.base import Backend, BackendLoadError
 from service.runtime.backends.machine import (
-    INT8_DOT_PRODUCT_FLAGS,
-    cpu_has_int8_dot_product,
     openvino_core,
     openvino_cpu_capabilities,
 )
@@ -120,13 +119,16 @@ class OpenVinoBackend(Backend):
             ) from exc
         self._version = ov.__version__.split("-")[0]
         hint = hint_for_cpu(manifest, precision, list(openvino_cpu_capabilities()))
-        if manifest.precision == "int8" and cpu_has_int8_dot_product() is False:
+        cpu_class = effective_class(cpu_flags())
+        measured = manifest.accuracy.by_isa if manifest.accuracy is not None else {}
+        if manifest.precision == "int8" and cpu_class not in measured:
             logger.warning(
-                "%s: this CPU has no INT8 dot-product instruction (%s): OpenVINO's INT8 kernels can "
-                "saturate here, and INT8 artifacts score lower than their manifest's accuracy (measured "
-                "in docs/cpu-inference.md); their fp32 parents keep it",
+                "%s: its accuracy was not measured on this CPU class (%s; measured on %s): OpenVINO runs "
+                "INT8 differently per class (docs/quantization.md), the self-check at load is what vouches "
+                "for its answers here",
                 model_path,
-                ", ".join(INT8_DOT_PRODUCT_FLAGS),
+                cpu_class,
+                sorted(measured) or "an unrecorded class",
             )
         if streams < 1:
             raise BackendLoadError(f"openvino streams must be >= 1, not {streams}")

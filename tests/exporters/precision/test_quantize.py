@@ -14,14 +14,15 @@ import cv2
 import numpy as np
 import onnx
 import pytest
-from machine_testkit import needs_amx_int8, needs_bf16
 
-from contract.manifest import Accuracy, Manifest
+from contract.cpu_classes import CLASS_NAMES, cpu_flags, reachable_classes
+from contract.manifest import Accuracy, IsaAccuracy, Manifest
+from contract.self_check import read_golden
 from exporters.cli import EXIT_GPU_REQUIRED, main
 from exporters.evaluation.served_eval import file_sha256
 from exporters.onnx.graph import load_checked
-from exporters.precision.nncf_int8 import ignored_scope
-from exporters.precision.quantize import Precision, QuantizeRequest, accuracy_record, gate_failures
+from exporters.precision.gate import accuracy_record, gate_failures
+from exporters.precision.nncf_int8 import ignored_scope, to_signed_int8, to_unsigned_activations
 from exporters.tensorrt.build import export_tensorrt
 from exporters.tensorrt.config import TensorRTExportRequest
 from exporters.tensorrt.engine import gpu_unavailable_reason, tensorrt_unavailable_reason
@@ -88,33 +89,84 @@ def test_gate_failures_name_what_dropped() -> None:
     assert gate_failures(accuracy, 0.02) == []
 
 
-def test_an_int8_accuracy_measured_on_a_cpu_names_the_cpu_s_int8_instructions(tmp_path: Path) -> None:
-    measured = {"split": "val", "images": 2, "annotations_sha256": "0", "bbox": {"AP": 0.5}}
+def test_a_variant_that_fails_under_any_cpu_class_fails_the_gate() -> None:
+    """The record's own figure passes; AVX2's does not: the gate names the class."""
+    classes = {
+        "avx2": IsaAccuracy(box_ap=0.395, box_ap_delta=-0.015, mask_ap=0.5, mask_ap_delta=-0.001,
+                            runtime="openvino[x,CPU,f32]", cap="AVX2"),
+        "amx": IsaAccuracy(box_ap=0.409, box_ap_delta=-0.001, runtime="openvino[x,CPU,f32]",
+                           cap="AVX512_CORE_AMX"),
+    }  # fmt: skip
+    accuracy = Accuracy(
+        dataset="d", split="val", images=1, annotations_sha256="0", runtime="r", box_ap=0.409,
+        parent_box_ap=0.41, parent_mask_ap=0.501, box_ap_delta=-0.001, by_isa=classes,
+    )  # fmt: skip
+    assert gate_failures(accuracy, 0.005) == ["box AP as avx2 0.3950 vs the parent's 0.4100 (-0.0150)"]
+    assert gate_failures(accuracy, 0.02) == []
+
+
+def test_an_int8_accuracy_measured_on_a_cpu_names_the_cpu_s_int8_instructions() -> None:
     parent = {"bbox": {"AP": 0.51}}
 
-    def record(precision: Precision, runtime: str) -> Accuracy:
-        request = QuantizeRequest(tmp_path, tmp_path / "out", "data", precision=precision)
-        return accuracy_record(measured, parent, request, runtime)
+    def record(int8: bool, runtime: str) -> Accuracy:
+        measured = {
+            "split": "val",
+            "images": 2,
+            "annotations_sha256": "0",
+            "bbox": {"AP": 0.5},
+            "runtime": runtime,
+        }
+        return accuracy_record(measured, parent, dataset="d", max_ap_drop=0.005, int8=int8)
 
-    assert record("int8", "openvino[2026.4.0,CPU,bf16]").cpu_int8 == cpu_int8_instructions()
-    assert record("int8", "tensorrt[11.4,NVIDIA H100]").cpu_int8 is None
-    assert record("bf16", "openvino[2026.4.0,CPU,bf16]").cpu_int8 is None
+    assert record(True, "openvino[2026.4.0,CPU,bf16]").cpu_int8 == cpu_int8_instructions()
+    assert record(True, "tensorrt[11.4,NVIDIA H100]").cpu_int8 is None
+    assert record(False, "openvino[2026.4.0,CPU,bf16]").cpu_int8 is None
 
 
-@needs_amx_int8
-@needs_bf16
+def test_signed_activations_convert_back_to_nncf_s_unsigned_ones_exactly() -> None:
+    """`to_signed_int8` (what TensorRT engines get) and `to_unsigned_activations` undo each other."""
+    model = onnx.load(str(INT8 / "model.onnx"))
+    initial = {init.name: onnx.numpy_helper.to_array(init) for init in model.graph.initializer}
+    quantizers = [n for n in model.graph.node if n.op_type == "QuantizeLinear" and n.input[0] not in initial]
+    unsigned = {n.input[0] for n in quantizers if initial[n.input[2]].dtype == np.uint8}
+    assert unsigned, "the shipped INT8 artifact keeps NNCF's unsigned activation quantizers"
+    assert len(unsigned) < len(quantizers)  # and signed ones where activations go negative
+    assert not check_tensorrt_ops(model)["passed"]  # TensorRT's parser takes signed Q/DQ only
+    signed = to_signed_int8(model)
+    assert check_tensorrt_ops(signed)["passed"]
+    back = to_unsigned_activations(signed, unsigned)
+    for init in back.graph.initializer:
+        value = onnx.numpy_helper.to_array(init)
+        assert value.dtype == initial[init.name].dtype, init.name
+        np.testing.assert_allclose(value, initial[init.name], rtol=1e-6, err_msg=init.name)
+
+
+def test_unknown_or_unreachable_cpu_classes_are_refused_with_the_list(
+    small_val: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    output = tmp_path / "x" / "1"
+    with pytest.raises(SystemExit):
+        main(["eval", "--artifact", str(INT8), "--data", str(small_val), "--cpu-classes", "avx3"])
+    assert "unknown CPU class ['avx3']" in capsys.readouterr().err and "avx512_bf16" in str(CLASS_NAMES)
+    beyond = [name for name in CLASS_NAMES if name not in reachable_classes(cpu_flags())]
+    if beyond:  # a machine below AMX: asking for a class above its own is refused, nothing measured
+        code = main(["eval", "--artifact", str(INT8), "--data", str(small_val), "--cpu-classes", beyond[-1]])
+        assert code == 2 and "above this machine's" in capsys.readouterr().err
+    assert not output.exists()
+
+
 @pytest.mark.timeout(600)
 def test_int8_variant_passes_the_gate_and_records_its_provenance(small_val: Path, tmp_path: Path) -> None:
+    """On any CPU: the gate measures every class this machine reaches, each in a fresh process."""
     output = tmp_path / "models" / "ssd300-synth-int8" / "1"
     code = main(
         ["quantize", "--artifact", str(DEFAULT), "--output", str(output), "--data", str(small_val),
-         "--calibration-split", "val", "--calibration-images", "8", "--max-ap-drop", "0.05",
-         "--unquantized-precision", "bf16"]
+         "--calibration-split", "val", "--calibration-images", "8", "--max-ap-drop", "0.05"]
     )  # fmt: skip
     assert code == 0
     manifest = Manifest.read(output)
     assert manifest.precision == "int8" and manifest.format == "onnx"
-    assert manifest.unquantized_precision == "bf16"
+    assert manifest.provenance.export_settings["nncf"]["overflow_fix"] == "enable"
     assert manifest.parent is not None
     assert (manifest.parent.name, manifest.parent.version) == ("ssd300-synth", "1")
     assert manifest.parent.file_sha256 == file_sha256(DEFAULT / "model.onnx")
@@ -124,7 +176,18 @@ def test_int8_variant_passes_the_gate_and_records_its_provenance(small_val: Path
     assert manifest.provenance.export_settings["unquantized_weight_storage"] == "float16"  # as the parent
     accuracy = manifest.accuracy
     assert accuracy is not None and accuracy.images == VAL_IMAGES and accuracy.max_ap_drop == 0.05
-    assert accuracy.runtime.startswith("openvino[") and accuracy.runtime.endswith(",CPU,bf16]")  # as served
+    assert accuracy.runtime.startswith("openvino[") and accuracy.runtime.endswith(",CPU,f32]")  # as served
+    reached = reachable_classes(cpu_flags())
+    assert list(accuracy.by_isa) == reached and reached  # every class this machine reaches, lowest first
+    for name, figure in accuracy.by_isa.items():
+        assert figure.runtime.startswith("openvino[") and figure.cap is not None, name
+        assert figure.box_ap_delta == pytest.approx(figure.box_ap - accuracy.parent_box_ap)
+    assert accuracy.by_isa[reached[-1]].box_ap == accuracy.box_ap  # the in-process run is the native class
+    # golden inputs for the service's self-check at load, with the detections this artifact gave them
+    spec = manifest.self_check
+    assert spec is not None and spec.images == 3 and spec.min_score == manifest.default_threshold
+    golden = read_golden(output, spec, manifest.input)
+    assert golden.images.shape == (3, 300, 300, 3) and int(golden.expected["num_detections"].sum()) > 0
     assert accuracy.parent_box_ap is not None and accuracy.parent_box_ap > 0.2
     assert accuracy.box_ap_delta == pytest.approx(accuracy.box_ap - accuracy.parent_box_ap)
     # the quality baseline is counted at the variant's own display threshold, on the gate's images
@@ -218,7 +281,7 @@ def test_without_gpu_trt_checks_the_int8_qdq_graph_then_exits_4(
     assert code == EXIT_GPU_REQUIRED, err
     assert "INT8 TensorRT engine not built" in err and "passed the TensorRT op check" in err
     assert not output.exists()
-    assert check_tensorrt_ops(onnx.load(str(INT8 / "model.onnx")))["passed"]
+    assert check_tensorrt_ops(to_signed_int8(onnx.load(str(INT8 / "model.onnx"))))["passed"]
 
 
 @pytest.mark.gpu
