@@ -71,6 +71,23 @@ def write_golden(directory: Path, images: np.ndarray, outputs: dict[str, np.ndar
     return GOLDEN_FILE, hashlib.sha256(buffer.getvalue()).hexdigest()
 
 
+def golden_spec(
+    file: str, sha256: str, images: int, min_score: float, reference: str, created_at: str | None = None
+) -> SelfCheckSpec:
+    """The manifest's ``self_check`` for a golden file just written, with this module's tolerances."""
+    return SelfCheckSpec(
+        file=file,
+        sha256=sha256,
+        images=images,
+        min_score=min_score,
+        score_tolerance=SCORE_TOLERANCE,
+        iou=MATCH_IOU,
+        min_agreement=MIN_AGREEMENT,
+        reference=reference,
+        created_at=created_at,
+    )
+
+
 def read_golden(directory: Path, spec: SelfCheckSpec, input_spec: InputSpec) -> Golden:
     """The golden inputs ``spec`` names, checked against its sha256 and the artifact's input; raises
     `GoldenFileError` naming the file and what is wrong."""

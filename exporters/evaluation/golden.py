@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from contract.manifest import Manifest, SelfCheckSpec
-from contract.self_check import MATCH_IOU, MIN_AGREEMENT, SCORE_TOLERANCE, write_golden
+from contract.manifest import Manifest
+from contract.self_check import golden_spec, write_golden
 from exporters.artifact import utc_now
 from exporters.evaluation.cpu_class_eval import own_class
 from exporters.evaluation.served_eval import served_batches
@@ -56,15 +56,6 @@ def write_artifact_golden(
     finally:
         runtime.close()
     file, sha256 = write_golden(version_dir, images, outputs)
-    spec = SelfCheckSpec(
-        file=file,
-        sha256=sha256,
-        images=len(images),
-        min_score=manifest.default_threshold,
-        score_tolerance=SCORE_TOLERANCE,
-        iou=MATCH_IOU,
-        min_agreement=MIN_AGREEMENT,
-        reference=f"{description} as CPU class {own_class()}",
-        created_at=utc_now(),
-    )
+    reference = f"{description} as CPU class {own_class()}"
+    spec = golden_spec(file, sha256, len(images), manifest.default_threshold, reference, utc_now())
     return manifest.model_copy(update={"self_check": spec})

@@ -25,7 +25,7 @@ from service_testkit import PROJECT, encode, make_settings, serve_command, start
 from contract.cpu_classes import ISA_ENV, UnknownIsaError, cpu_flags, effective_class
 from contract.geometry import resize_for_network
 from contract.manifest import Manifest, Parent, SelfCheckSpec
-from contract.self_check import MATCH_IOU, MIN_AGREEMENT, SCORE_TOLERANCE, write_golden
+from contract.self_check import MIN_AGREEMENT, SCORE_TOLERANCE, golden_spec, write_golden
 from service.app import create_app
 from service.runtime.backends import load_artifact
 from training.data.synthetic import render_sample
@@ -60,15 +60,12 @@ def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Artifacts:
         backend.close()
     assert (outputs["detection_scores"] >= manifest.default_threshold + SCORE_TOLERANCE).sum() >= 2
     file, sha256 = write_golden(root, images, outputs)
-    spec = SelfCheckSpec(
-        file=file,
-        sha256=sha256,
-        images=len(images),
-        min_score=manifest.default_threshold,
-        score_tolerance=SCORE_TOLERANCE,
-        iou=MATCH_IOU,
-        min_agreement=MIN_AGREEMENT,
-        reference=f"{reference} as CPU class {effective_class(cpu_flags())}",
+    spec = golden_spec(
+        file,
+        sha256,
+        len(images),
+        manifest.default_threshold,
+        f"{reference} as CPU class {effective_class(cpu_flags())}",
     )
     graph = onnx.load(str(SHIPPED / manifest.file))
     weights = next(init for init in graph.graph.initializer if len(init.dims) == 4)  # the stem convolution
