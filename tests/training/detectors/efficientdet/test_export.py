@@ -259,4 +259,6 @@ def test_the_graph_module_runs_under_fp16_autocast(effdet_export: ExportedArtifa
     assert int(full[0].sum()) > 0
     # A random network's scores crowd the threshold: fp16 rounding moves a few across it.
     assert (half[0] - full[0]).abs().max() <= 3
-    torch.testing.assert_close(half[2][:, 0], full[2][:, 0], rtol=0, atol=0.01, msg="best score")
+    # fp16 rounding depends on the CPU's fp16 kernels: this untrained network's best scores moved by 0.012 on
+    # a Xeon with AVX-512 FP16, by 0.003 with ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 on the same machine.
+    torch.testing.assert_close(half[2][:, 0], full[2][:, 0], rtol=0, atol=0.02, msg="best score")
