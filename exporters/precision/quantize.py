@@ -253,15 +253,6 @@ def quantize_artifact(request: QuantizeRequest) -> Manifest:
     if request.output.exists() and not request.force:
         raise ExportError(f"output directory {request.output} already exists (use --force to replace it)")
 
-    def measured(artifact: Path) -> dict[str, Any]:  # as served, on the gate's validation images
-        return served_metrics(
-            artifact,
-            request.data,
-            request.val_split,
-            backend=request.backend,
-            max_images=request.max_eval_images,
-        )
-
     with tempfile.TemporaryDirectory(prefix="quantize-") as tmp:
         work = Path(tmp)
         if request.precision == "int8":
@@ -273,38 +264,7 @@ def quantize_artifact(request: QuantizeRequest) -> Manifest:
             settings = {"format": "OpenVINO IR, fp16-stored weights, run with INFERENCE_PRECISION_HINT=bf16"}
             manifest = _variant_manifest(parent, parent_path, request, name, version, settings)
             write_bf16_variant(parent_path, manifest, variant_dir)
-        variant_metrics = measured(variant_dir)
-        parent_metrics = measured(request.artifact)
-        classes = measure_by_class(
-            variant_dir,
-            variant_metrics,
-            request.data,
-            request.val_split,
-            request.backend,
-            request.max_eval_images,
-            request.cpu_classes,
-        )
-        accuracy = accuracy_record(
-            variant_metrics,
-            parent_metrics,
-            dataset=request.dataset_description or request.data,
-            max_ap_drop=request.max_ap_drop if request.gate else None,
-            int8=request.precision == "int8",
-            classes=classes,
-        )
-        failures = gate_failures(accuracy, request.max_ap_drop)
-        if failures and request.gate:
-            hint = (
-                "try --accuracy-control (NNCF accuracy-controlled quantization), more or other calibration "
-                "images, or "
-                if request.precision == "int8" and not request.accuracy_control
-                else ""
-            )
-            raise AccuracyGateError(
-                f"the {request.precision} variant loses more than --max-ap-drop {request.max_ap_drop} on "
-                f"{accuracy.images} images of {request.data} split {accuracy.split}: {'; '.join(failures)}. "
-                f"Nothing was written; {hint}pass --no-accuracy-gate to write it anyway"
-            )
+        variant_metrics, accuracy = _gate(request, variant_dir)
         display = variant_metrics.get("display_threshold")
         manifest = Manifest.read(variant_dir).model_copy(
             update={
@@ -324,6 +284,54 @@ def quantize_artifact(request: QuantizeRequest) -> Manifest:
                     shutil.copyfile(path, staging / path.name)
             manifest.write(staging)
         return manifest
+
+
+def _gate(request: QuantizeRequest, variant_dir: Path) -> tuple[dict[str, Any], Accuracy]:
+    """The variant's served metrics and its accuracy record against the parent's, under every CPU class
+    (`exporters.precision.gate`); raises `AccuracyGateError` when it loses too much under any."""
+
+    def measured(artifact: Path) -> dict[str, Any]:  # as served, on the gate's validation images
+        return served_metrics(
+            artifact,
+            request.data,
+            request.val_split,
+            backend=request.backend,
+            max_images=request.max_eval_images,
+        )
+
+    variant_metrics = measured(variant_dir)
+    parent_metrics = measured(request.artifact)
+    classes = measure_by_class(
+        variant_dir,
+        variant_metrics,
+        request.data,
+        request.val_split,
+        request.backend,
+        request.max_eval_images,
+        request.cpu_classes,
+    )
+    accuracy = accuracy_record(
+        variant_metrics,
+        parent_metrics,
+        dataset=request.dataset_description or request.data,
+        max_ap_drop=request.max_ap_drop if request.gate else None,
+        int8=request.precision == "int8",
+        classes=classes,
+    )
+    failures = gate_failures(accuracy, request.max_ap_drop)
+    if failures and request.gate:
+        hint = (
+            "try --accuracy-control (NNCF accuracy-controlled quantization), more or other calibration "
+            "images, or "
+            if request.precision == "int8" and not request.accuracy_control
+            else ""
+        )
+        raise AccuracyGateError(
+            f"the {request.precision} variant loses more than --max-ap-drop {request.max_ap_drop} on "
+            f"{accuracy.images} images of {request.data} split {accuracy.split}: {'; '.join(failures)}. "
+            f"Nothing was written; {hint}pass --no-accuracy-gate to write it anyway"
+        )
+    return variant_metrics, accuracy
 
 
 def _make_int8(
