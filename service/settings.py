@@ -247,6 +247,15 @@ class Settings(BaseSettings):
     # the /v1/streams endpoints answer 403. file:// and other schemes than rtsp, rtsps, http, https are
     # never opened.
     stream_sources: str = ""
+    # Every URL opened for a session is checked, not only the posted one: each redirect hop, an HLS
+    # playlist's variants, segments and keys (docs/streams.md, Security). Redirects: "off" (a redirect is
+    # an error naming where it points) or "same-allowlist" (followed only to URLs under stream_sources).
+    stream_redirects: Literal["off", "same-allowlist"] = "off"
+    # The classes of address a source's host name may resolve to, comma-separated: public, private
+    # (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7), loopback, link-local (169.254/16, the cloud
+    # metadata address among them; fe80::/10). An IP address written in a stream_sources prefix is always
+    # allowed under that prefix; multicast, 0.0.0.0 and reserved addresses never are.
+    stream_address_classes: str = "public"
     # Sessions at once (each holds a reader thread and its newest frame).
     max_streams: int = Field(default=16, gt=0)
     # Frames processed per second of each session: the default and the most a session may ask for.
@@ -289,6 +298,18 @@ class Settings(BaseSettings):
         if not all(p.isdigit() and 1 <= int(p) <= 1024 for p in parts):
             raise ValueError(
                 f"openvino_static_batch_sizes {value!r}: need batch sizes 1-1024, comma-separated"
+            )
+        return value
+
+    @field_validator("stream_address_classes")
+    @classmethod
+    def _address_classes(cls, value: str) -> str:
+        names = {p.strip() for p in value.split(",") if p.strip()}
+        unknown = names - {"public", "private", "loopback", "link-local"}
+        if unknown:
+            raise ValueError(
+                f"stream_address_classes {value!r}: unknown {sorted(unknown)}; use public, private, "
+                "loopback, link-local"
             )
         return value
 

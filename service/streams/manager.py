@@ -3,7 +3,8 @@
 Started and stopped in the app lifespan (`service.app`): `start` opens the streams declared in the
 settings file (``streams_file``), `stop` stops every session's task and reader thread. A URL is opened
 only when its scheme is rtsp, rtsps, http or https and it starts with one of the prefixes of
-``stream_sources``; with none configured stream sessions are off and every endpoint answers 403.
+``stream_sources``; with none configured stream sessions are off and every endpoint answers 403. Every
+further URL a session opens (redirects, HLS parts) is checked by the same rules (`SourceGuard`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from service.imaging.postprocess import parse_class_filter
 from service.pipeline.entry import DetectionPipeline
 from service.runtime.model_runtime import ModelRuntime
 from service.settings import Settings
+from service.streams.guard import SourceGuard, parse_address_classes
 from service.streams.metrics import StreamMetrics
 from service.streams.reader import ReaderConfig
 from service.streams.schemas import DeclaredStream, StreamRequest
@@ -51,6 +53,12 @@ class StreamManager:
     ) -> None:
         self.settings = settings
         self.prefixes = settings.stream_source_prefixes
+        # Checks every URL a session opens, redirects and HLS parts included (service.streams.guard).
+        self.guard = SourceGuard(
+            self.prefixes,
+            parse_address_classes(settings.stream_address_classes),
+            settings.stream_redirects,
+        )
         self._runtime = runtime
         self._metrics = metrics
         self._tracker_factory = tracker_factory
@@ -123,6 +131,7 @@ class StreamManager:
             reconnect_attempts=settings.stream_reconnect_attempts,
             protocol_whitelist=PROTOCOL_WHITELIST,
             rtsp_probe_s=settings.stream_rtsp_probe_s,
+            guard=self.guard,
         )
         limits = SessionLimits(
             max_lag_s=settings.stream_max_lag_ms / 1000,

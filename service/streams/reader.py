@@ -20,6 +20,7 @@ its own speed (by its timestamps), a live one as fast as it arrives.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
@@ -36,6 +37,8 @@ import numpy as np
 from service.errors import PayloadTooLarge, ServiceError
 from service.imaging.decoding import decode_planned, plan_decode
 from service.imaging.headers import ImageHeaderError, read_header
+from service.streams.fetch import Opener
+from service.streams.guard import SourceGuard, SourceRefused
 from service.streams.sources import redact, redact_in
 from service.streams.state import SessionState
 
@@ -112,6 +115,8 @@ class ReaderConfig:
     reconnect_attempts: int  # 0: never give up
     protocol_whitelist: str  # what FFmpeg may open, also from inside the source (HLS segments)
     rtsp_probe_s: float  # how much of an RTSP source FFmpeg reads to learn its streams when opening it
+    # Checks every URL opened for the session (None: only the posted URL was checked, by the caller).
+    guard: SourceGuard | None = None
 
 
 class RateMeter:
@@ -216,7 +221,28 @@ def _open_options(config: ReaderConfig) -> dict[str, str]:
         # which the reader does not use) or 5 s of it: 1.4 s of a 15 fps camera, 5 s of a 2 fps one,
         # spent again at every reconnect. The SDP and the first frames tell the codec and size sooner.
         options["analyzeduration"] = str(round(config.rtsp_probe_s * 1_000_000))
+    elif config.guard is not None:
+        # http(s) goes through the checked opener (`_opener`): the HLS demuxer must open each segment
+        # anew through it, not reuse FFmpeg's own http connection to the previous one (with the default
+        # http_persistent=1 FFmpeg asserts that the previous segment's connection is its own, and aborts).
+        options["http_persistent"] = "0"
+        options["http_multiple"] = "0"
     return options
+
+
+def _opener(config: ReaderConfig) -> Opener | None:
+    """PyAV's ``io_open`` for an http(s) source under a guard (`service.streams.fetch`); else None.
+
+    An RTSP source is opened by FFmpeg's RTSP client itself: its URL is checked (prefix and resolved
+    addresses) before each open, but FFmpeg resolves the name again when it connects, and follows an RTSP
+    redirect without asking (docs/streams.md, Security)."""
+    guard = config.guard
+    if guard is None:
+        return None
+    if config.url.startswith(("rtsp://", "rtsps://")):
+        guard.check(config.url)
+        return None
+    return Opener(guard, config.open_timeout_s, config.read_timeout_s)
 
 
 class FrameReader:
@@ -255,7 +281,10 @@ class FrameReader:
             try:
                 got_frames = self._read_once()
                 reason = "the source ended"
-            except av.ExitError:  # FFmpeg's interrupt: the open or read timeout passed
+            except SourceRefused as exc:  # an address outside what is allowed: retrying would not help
+                self.state.fail(redact_in(str(exc), url))
+                return
+            except (av.ExitError, TimeoutError):  # the open or read timeout passed
                 reason = (
                     f"timed out: no answer within {self.config.open_timeout_s:g}s (open) or no data within "
                     f"{self.config.read_timeout_s:g}s (read)"
@@ -287,7 +316,11 @@ class FrameReader:
         cfg = self.config
         timeouts = (cfg.open_timeout_s, cfg.read_timeout_s)
         got = False
-        with av.open(cfg.url, timeout=timeouts, options=_open_options(cfg)) as container:
+        opener = _opener(cfg)
+        with (
+            opener or contextlib.nullcontext(),
+            av.open(cfg.url, timeout=timeouts, options=_open_options(cfg), io_open=opener) as container,
+        ):
             if not container.streams.video:
                 raise ValueError("the source has no video stream")
             stream = container.streams.video[0]

@@ -42,7 +42,7 @@ def check_source(url: str, prefixes: tuple[str, ...]) -> None:
         )
     if not prefixes:
         raise StreamsOff()
-    if not any(_under(address(url), address(prefix)) for prefix in prefixes):
+    if not any(under_prefix(address(url), address(prefix)) for prefix in prefixes):
         raise Forbidden(
             f"url {redact(url)!r} does not start with an allowed source prefix (DETECT_STREAM_SOURCES)",
             field="url",
@@ -57,7 +57,8 @@ def address(url: str) -> str:
     return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
 
 
-def _under(url: str, prefix: str) -> bool:
+def under_prefix(url: str, prefix: str) -> bool:
+    """Whether ``url`` starts with ``prefix`` up to a boundary (see the module docstring)."""
     if not url.startswith(prefix):
         return False
     return prefix.endswith("/") or len(url) == len(prefix) or url[len(prefix)] in "/:?#"

@@ -36,6 +36,16 @@ from service.errors import BadRequest, PayloadTooLarge
 # (1.5 bytes per pixel each), and the RGB conversion (3).
 DECODER_BYTES_PER_PIXEL = 18 * 1.5 + 3
 
+# What FFmpeg is told when it opens a video file (bytes in memory): it opens no URL of any kind. Only the
+# served containers' demuxers are probed (an HLS playlist or a concat script uploaded as the body is never
+# read as one, whatever FFmpeg's probing would guess), the mov demuxer does not follow external data
+# references, and no protocol is allowed for anything opened from inside the file ("none" names none).
+_NO_URLS = {
+    "format_whitelist": "mov,matroska",
+    "enable_drefs": "0",
+    "protocol_whitelist": "none",
+}
+
 # Container signatures: ISO base media (MP4, MOV, 3GP: 'ftyp' at byte 4) and EBML (Matroska, WebM).
 _EBML = b"\x1a\x45\xdf\xa3"
 # FFmpeg's demuxer names (comma-separated in ``format.name``) of the containers served.
@@ -108,9 +118,12 @@ class VideoReader:
         source = io.BytesIO(data) if isinstance(data, bytes | bytearray) else data
         try:
             # max_pixels reaches the decoder while the file is probed too: a huge frame is never allocated.
-            container = av.open(source, "r", options={"max_pixels": str(limits.max_pixels)})
+            options = {"max_pixels": str(limits.max_pixels), **_NO_URLS}
+            container = av.open(source, "r", options=options)
         except av.error.FFmpegError as err:
-            raise BadRequest(f"video: not a readable video file ({err})", field="video") from err
+            raise BadRequest(
+                f"video: not a readable video file ({err}); send MP4, MOV, MKV or WebM", field="video"
+            ) from err
         try:
             return cls(container, _info(container, limits), limits)
         except BaseException:

@@ -129,3 +129,20 @@ def test_openvino_cache_dir_defaults_under_the_user_cache(
     assert Settings().openvino_cache_dir == tmp_path / "detect" / "openvino"
     monkeypatch.setenv("DETECT_OPENVINO_CACHE_DIR", "")
     assert Settings().openvino_cache_dir is None  # empty: no cache
+
+
+def test_stream_redirects_and_address_classes(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = Settings()
+    assert (settings.stream_redirects, settings.stream_address_classes) == ("off", "public")
+    monkeypatch.setenv("DETECT_STREAM_REDIRECTS", "same-allowlist")
+    monkeypatch.setenv("DETECT_STREAM_ADDRESS_CLASSES", "public,private")
+    settings = Settings()
+    assert (settings.stream_redirects, settings.stream_address_classes) == (
+        "same-allowlist",
+        "public,private",
+    )
+    for name, value in (("DETECT_STREAM_REDIRECTS", "always"), ("DETECT_STREAM_ADDRESS_CLASSES", "metadata")):
+        monkeypatch.setenv(name, value)
+        with pytest.raises(ValidationError, match=name.removeprefix("DETECT_").lower()):
+            Settings()
+        monkeypatch.delenv(name)

@@ -61,7 +61,8 @@ def test_frames_over_the_pixel_limit_are_refused_before_decoding() -> None:
     [
         (b"", "not a readable video"),
         (b"\x00\x00\x00\x18ftypmp42" + bytes(200), "not a readable video"),
-        (b"GIF89a not a video at all", "not served; send MP4, MOV, MKV or WebM"),
+        # Only the served containers' demuxers are probed: another format is not read at all.
+        (b"GIF89a not a video at all", r"not a readable video file .*; send MP4, MOV, MKV or WebM"),
     ],
 )
 def test_garbage_is_a_clear_error(data: bytes, message: str) -> None:

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from detect_testkit import batcher_of, post_png
 from fastapi.testclient import TestClient
+from listener_testkit import CountingListener, ScriptedServer
 from service_testkit import GatedFactory, frames_processed, make_settings, stream_info, wait_until
 
 from service.app import create_app
@@ -216,3 +217,18 @@ def test_a_settings_file_outside_the_allowed_sources_stops_the_server_from_start
     declared.write_text(json.dumps([{"id": "x", "url": "http://127.0.0.1:9/elsewhere"}]))
     with pytest.raises(Exception, match="allowed source prefix"):
         create_app(make_settings(toy_repo, streams_file=declared, **settings_for(source)))
+
+
+def test_a_redirect_out_of_the_allowed_sources_is_refused_without_connecting(
+    make_client: MakeClient, toy_repo: Path
+) -> None:
+    with ScriptedServer() as camera, CountingListener() as outside:
+        camera.redirect("/door", outside.url("door"))
+        client = make_client(toy_repo, stream_sources=camera.base_url, stream_redirects="same-allowlist")
+        url = camera.url("door").replace("http://", "http://admin:secret@")
+        stream_id = client.post("/v1/streams", json={"url": url}).json()["id"]
+        wait_until(lambda: stream_info(client, stream_id)["state"] == "error", timeout=10, what="error")
+        state = stream_info(client, stream_id)
+        assert outside.url("door") in state["last_error"] and "admin:***@" in state["last_error"]
+        assert "secret" not in json.dumps(state) and state["reconnects"] == 0
+        assert camera.requests == {"/door": 1} and outside.accepted == 0
