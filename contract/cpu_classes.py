@@ -9,6 +9,7 @@ one machine reproduces every class at or below its own.
 class           ``ONEDNN_MAX_CPU_ISA``  what it is
 ==============  ======================  ===================================================
 avx2            AVX2                    AVX2 alone (AMD Zen 2/3, Intel before Skylake-SP)
+avx512_core     AVX512_CORE             AVX-512 without VNNI (Skylake-SP)
 avx512_vnni     AVX512_CORE_VNNI        AVX-512 with VNNI, no bf16 (Cascade Lake, Ice Lake)
 avx512_bf16     AVX512_CORE_BF16        AVX-512 VNNI and BF16 (AMD Zen 4/5, Cooper Lake)
 amx             AVX512_CORE_AMX         AMX tiles, INT8 and bf16 (Sapphire Rapids and later)
@@ -25,6 +26,7 @@ ISA_ENV = "ONEDNN_MAX_CPU_ISA"
 # The gate's classes, lowest first: (class, the cap that reproduces it, the CPU flags it needs).
 CLASSES: tuple[tuple[str, str, frozenset[str]], ...] = (
     ("avx2", "AVX2", frozenset({"avx2", "fma"})),
+    ("avx512_core", "AVX512_CORE", frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq"})),
     ("avx512_vnni", "AVX512_CORE_VNNI", frozenset({"avx512f", "avx512bw", "avx512vl", "avx512_vnni"})),
     ("avx512_bf16", "AVX512_CORE_BF16", frozenset({"avx512f", "avx512_vnni", "avx512_bf16"})),
     ("amx", "AVX512_CORE_AMX", frozenset({"amx_int8", "amx_bf16", "amx_tile"})),
@@ -41,7 +43,7 @@ _CAP_CLASS: dict[str, str | None] = {
     "AVX2": "avx2",
     "AVX2_VNNI": "avx2",
     "AVX2_VNNI_2": "avx2",
-    "AVX512_CORE": "avx2",
+    "AVX512_CORE": "avx512_core",
     "AVX512_CORE_VNNI": "avx512_vnni",
     "AVX512_CORE_BF16": "avx512_bf16",
     "AVX10_1_512": "avx512_bf16",

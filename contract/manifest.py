@@ -111,9 +111,9 @@ class Accuracy(_Strict):
     # avx512_vnni, avx_vnni, none; unknown without /proc/cpuinfo), whose results differ. None: not recorded
     # (the first INT8 artifacts, all measured with amx_int8) or not INT8 on a CPU.
     cpu_int8: str | None = None
-    # AP under each x86 CPU class the gate could reach (`contract.cpu_classes`: "avx2", "avx512_vnni",
-    # "avx512_bf16", "amx"), each measured in a fresh process with ``ONEDNN_MAX_CPU_ISA`` capping OpenVINO
-    # at that class; empty for figures from before it was recorded.
+    # AP under each x86 CPU class the gate could reach (`contract.cpu_classes`: "avx2", "avx512_core",
+    # "avx512_vnni", "avx512_bf16", "amx"), each measured in a fresh process with ``ONEDNN_MAX_CPU_ISA``
+    # capping OpenVINO at that class; empty for figures from before it was recorded.
     by_isa: dict[str, IsaAccuracy] = Field(default_factory=dict)
 
 

@@ -22,7 +22,8 @@ def _cpu_classes(value: str) -> list[str]:
 
 _CPU_CLASSES_HELP = (
     "comma-separated CPU classes an OpenVINO artifact is measured under, each in a fresh process capped by "
-    "ONEDNN_MAX_CPU_ISA (default: every class this machine reaches: avx2, avx512_vnni, avx512_bf16, amx)"
+    "ONEDNN_MAX_CPU_ISA (default: every class this machine reaches of avx2, avx512_core, avx512_vnni, "
+    "avx512_bf16, amx)"
 )
 
 

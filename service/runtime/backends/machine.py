@@ -72,7 +72,7 @@ def openvino_core() -> Any:
 
 
 # CPU classes (`contract.cpu_classes`) without bf16 units.
-_NO_BF16_CLASSES = ("avx2", "avx512_vnni")
+_NO_BF16_CLASSES = ("avx2", "avx512_core", "avx512_vnni")
 
 
 @lru_cache(maxsize=1)
