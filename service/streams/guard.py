@@ -1,7 +1,8 @@
 """Where a session may connect: every URL opened for it, not only the one a client posts.
 
 `SourceGuard.check` is asked before each connection a session makes: the posted URL, each hop of a
-redirect, an HLS playlist's variants, segments and keys (`service.streams.fetch`). A URL passes when
+redirect, an HLS playlist's variants, segments and keys (`service.streams.fetch`), an RTSP source at each
+open (`service.streams.rtsp_relay`, which never passes a redirect on). A URL passes when
 
 1. its address (user and password taken out) starts with a prefix of ``stream_sources``
    (`service.streams.sources.check_source`: scheme, host and port at a boundary), and

@@ -39,6 +39,7 @@ from service.imaging.decoding import decode_planned, plan_decode
 from service.imaging.headers import ImageHeaderError, read_header
 from service.streams.fetch import Opener
 from service.streams.guard import SourceGuard, SourceRefused
+from service.streams.rtsp_relay import RtspRelay
 from service.streams.sources import redact, redact_in
 from service.streams.state import SessionState
 
@@ -215,7 +216,9 @@ def scaled_size(width: int, height: int, max_pixels: int) -> tuple[int, int]:
 def _open_options(config: ReaderConfig) -> dict[str, str]:
     options = {"protocol_whitelist": config.protocol_whitelist}
     if config.url.startswith(("rtsp://", "rtsps://")):
-        # RTSP over TCP: no lost UDP packets (smeared frames) on a busy network.
+        # RTSP over TCP: no lost UDP packets (smeared frames) on a busy network; and under a guard, RTP
+        # comes interleaved on the one connection the relay carries (with UDP FFmpeg would send its RTCP
+        # wherever the camera's SETUP answer says).
         options["rtsp_transport"] = "tcp"
         # FFmpeg's default probe reads a live source until it has ~20 frames (to measure the frame rate,
         # which the reader does not use) or 5 s of it: 1.4 s of a 15 fps camera, 5 s of a 2 fps one,
@@ -230,18 +233,15 @@ def _open_options(config: ReaderConfig) -> dict[str, str]:
     return options
 
 
-def _opener(config: ReaderConfig) -> Opener | None:
-    """PyAV's ``io_open`` for an http(s) source under a guard (`service.streams.fetch`); else None.
-
-    An RTSP source is opened by FFmpeg's RTSP client itself: its URL is checked (prefix and resolved
-    addresses) before each open, but FFmpeg resolves the name again when it connects, and follows an RTSP
-    redirect without asking (docs/streams.md, Security)."""
+def _opener(config: ReaderConfig) -> Opener | RtspRelay | None:
+    """How a source under a guard is opened: an http(s) source through PyAV's ``io_open``
+    (`service.streams.fetch`), an RTSP one through a relay to the checked address
+    (`service.streams.rtsp_relay`, whose ``url`` FFmpeg opens instead); None without a guard."""
     guard = config.guard
     if guard is None:
         return None
     if config.url.startswith(("rtsp://", "rtsps://")):
-        guard.check(config.url)
-        return None
+        return RtspRelay(guard.check(config.url), config.open_timeout_s)
     return Opener(guard, config.open_timeout_s, config.read_timeout_s)
 
 
@@ -257,6 +257,7 @@ class FrameReader:
         self.reconnects = 0
         self.input_rate = RateMeter()  # frames read per second
         self.size: tuple[int, int] | None = None  # the source's frame size (decoded frames; else its taker's)
+        self._opened_as = config.url  # the URL FFmpeg was last given (a relay's, for RTSP under a guard)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="stream-reader", daemon=True)
 
@@ -297,7 +298,8 @@ class FrameReader:
                 reason = f"{type(exc).__name__}: {exc}"
             if self._stop.is_set():
                 return
-            reason = redact_in(reason, url)  # FFmpeg's errors name the URL, password included
+            # FFmpeg's errors name the URL it opened (the relay's, for RTSP under a guard), password included.
+            reason = redact_in(reason.replace(self._opened_as, url), url)
             if got_frames:
                 failures, backoff = 0, self.config.reconnect_initial_s
             failures += 1
@@ -317,9 +319,12 @@ class FrameReader:
         timeouts = (cfg.open_timeout_s, cfg.read_timeout_s)
         got = False
         opener = _opener(cfg)
+        relay = opener if isinstance(opener, RtspRelay) else None
+        io_open = opener if isinstance(opener, Opener) else None
+        self._opened_as = url = cfg.url if relay is None else relay.url
         with (
             opener or contextlib.nullcontext(),
-            av.open(cfg.url, timeout=timeouts, options=_open_options(cfg), io_open=opener) as container,
+            av.open(url, timeout=timeouts, options=_open_options(cfg), io_open=io_open) as container,
         ):
             if not container.streams.video:
                 raise ValueError("the source has no video stream")

@@ -28,6 +28,7 @@ import pytest
 from fastapi.testclient import TestClient
 from service_testkit import frames_processed, stream_info, wait_until
 
+from service.streams.guard import SourceGuard
 from service.streams.reader import Frame, FrameReader, NewestFrame, ReaderConfig
 from service.streams.sources import PROTOCOL_WHITELIST
 from service.streams.state import SessionState
@@ -170,10 +171,15 @@ def udp_sockets() -> int:
 
 
 def reader_for(
-    url: str, *, attempts: int = 2, backoff_s: float = 0.05, open_timeout_s: float = OPEN_TIMEOUT_S
+    url: str,
+    *,
+    attempts: int = 2,
+    backoff_s: float = 0.05,
+    open_timeout_s: float = OPEN_TIMEOUT_S,
+    guard: SourceGuard | None = None,
 ) -> FrameReader:
     config = ReaderConfig(
-        url, 15, 1 << 24, open_timeout_s, 1.0, backoff_s, 0.2, attempts, PROTOCOL_WHITELIST, rtsp_probe_s=1.0
+        url, 15, 1 << 24, open_timeout_s, 1.0, backoff_s, 0.2, attempts, PROTOCOL_WHITELIST, 1.0, guard
     )
     reader = FrameReader(config, NewestFrame(lambda: None), SessionState())
     reader.start()
@@ -260,6 +266,34 @@ def test_a_camera_that_comes_back_on_its_address_is_read_again(
         assert reader.state.value == "running"  # type: ignore[comparison-overlap]  # changed by the thread
     finally:
         assert reader.stop(2.0)
+
+
+@pytest.mark.parametrize("mount", ["jpeg", "h264"])
+def test_a_guarded_camera_is_read_through_a_relay_to_the_checked_address(
+    start_camera: Callable[..., RtspCamera], mount: str
+) -> None:
+    # "camera.test" has no DNS entry: frames can only come through the relay, which connects to the
+    # address the check resolved (FFmpeg is given the relay's address, never the name).
+    camera = start_camera()
+    url_of(camera, mount)
+    url = f"rtsp://camera.test:{camera.port}/{mount}"
+    guard = SourceGuard((url,), frozenset({"loopback"}), resolve=lambda host, port: ["127.0.0.1"])
+    threads_before = threading.active_count()
+    udp_before = udp_sockets()
+    reader = reader_for(url, guard=guard, backoff_s=0.5)
+    try:
+        first = take(reader)
+        assert first.to_rgb(1 << 24).shape == (HEIGHT, WIDTH, 3)
+        assert take(reader, timeout=3).number > first.number
+        assert udp_sockets() == udp_before  # RTP interleaved on the relayed connection
+        camera.kill()  # the relay passes the end on, and a reconnect finds no camera
+        wait_until(lambda: reader.state.value == "error", timeout=10, what="state error")
+        reason = reader.state.last_error or ""
+        assert "Connection refused" in reason and "2 attempts in a row" in reason, reason
+    finally:
+        assert reader.stop(2.0)
+    # The relay's threads (and sockets) end with each open.
+    wait_until(lambda: threading.active_count() <= threads_before, timeout=3, what="the relay's threads gone")
 
 
 def test_a_frozen_camera_times_out_within_the_read_timeout(start_camera: Callable[..., RtspCamera]) -> None:
