@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from contract.cpu_classes import ISA_ENV, class_cap, cpu_flags, effective_class, reachable_classes
+from contract.cpu_classes import ISA_ENV, class_cap, cpu_flags, reachable_classes
 from contract.manifest import Manifest
 
 PREFIX = "BENCH-RESULT "
@@ -150,7 +150,6 @@ def main(argv: list[str] | None = None) -> int:
                 if k.startswith("bs")
             )
             print(f"{cpu_class:12s} {name:28s} {cells}", flush=True)
-    assert effective_class(cpu_flags()) is not None
     return 0
 
 

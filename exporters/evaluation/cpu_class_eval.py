@@ -42,7 +42,6 @@ class ClassAP:
     box_ap: float
     mask_ap: float | None
     runtime: str
-    display_threshold: float | None
 
 
 def classes_to_measure(wanted: list[str] | None) -> list[str]:
@@ -98,14 +97,12 @@ def measure_in_child(
 def class_ap(cpu_class: str, metrics: dict[str, Any]) -> ClassAP:
     """A `ClassAP` from `served_metrics`' result, measured as ``cpu_class``."""
     segm = metrics.get("segm")
-    display = metrics.get("display_threshold")
     return ClassAP(
         cpu_class=cpu_class,
         cap=class_cap(cpu_class),
         box_ap=float(metrics["bbox"]["AP"]),
         mask_ap=None if segm is None else float(segm["AP"]),
         runtime=str(metrics["runtime"]),
-        display_threshold=None if display is None else float(display["threshold"]),
     )
 
 
