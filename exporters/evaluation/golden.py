@@ -48,6 +48,17 @@ def write_artifact_golden(
     manifest file itself is left to the caller)."""
     manifest = manifest or Manifest.read(version_dir)
     images_dir, files = golden_files(data, split, count)
+    return golden_for_images(version_dir, manifest, images_dir, files, backend)
+
+
+def golden_for_images(
+    version_dir: Path,
+    manifest: Manifest,
+    images_dir: Path,
+    files: list[tuple[int, str]],
+    backend: str = "auto",
+) -> Manifest:
+    """``write_artifact_golden`` for given image files (``(id, file name in images_dir)``)."""
     images = np.concatenate([batch for batch, _, _ in served_batches(manifest, images_dir, files, 1)])
     runtime = load_backend(version_dir, backend, manifest=manifest)
     try:
