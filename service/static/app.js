@@ -126,6 +126,14 @@ async function useImage(blob) {
   await detect();
 }
 
+// A real photo's sample names the model that knows its content; it is selected when the server has it
+// (the synthetic samples keep whatever model is selected).
+function useModel(name) {
+  if (!name || name === state.model?.name || !state.models.some((m) => m.name === name)) return;
+  $("model").value = name;
+  selectModel();
+}
+
 async function useSample(src) {
   const response = await fetch(src).catch(() => null);
   if (!response || !response.ok) {
@@ -370,7 +378,10 @@ window.addEventListener("resize", () => {
   if (state.result) fitCanvas(state.result.width, state.result.height);
 });
 for (const button of document.querySelectorAll(".sample")) {
-  button.addEventListener("click", () => useSample(button.dataset.src));
+  button.addEventListener("click", () => {
+    useModel(button.dataset.model);
+    useSample(button.dataset.src);
+  });
 }
 $("file").addEventListener("change", (event) => {
   if (event.target.files.length) useImage(event.target.files[0]);

@@ -32,6 +32,7 @@ pytestmark = pytest.mark.skipif(
     "them when run as root)",
 )
 SAMPLE = "shapes-1.jpg"
+REAL_PHOTO_MODEL = "ssd-mobilenetv2-oidv4"
 WAIT_S = 30
 
 
@@ -48,6 +49,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, cameras: SourceServer) -> I
     stream sessions may open the test's cameras."""
     repo = tmp_path_factory.mktemp("web_repo")
     (repo / "ssd300-synth").symlink_to(PROJECT / "models" / "ssd300-synth")
+    (repo / REAL_PHOTO_MODEL).symlink_to(PROJECT / "models" / REAL_PHOTO_MODEL)
     add_toy_model(repo, "toy-masks", mask_size=(8, 8))
     (repo / "default").write_text("ssd300-synth\n")
     env = {
@@ -98,11 +100,13 @@ def drawn(browser: Any) -> list[dict[str, Any]]:
     return json.loads(browser.execute_script("return document.getElementById('canvas').dataset.drawn"))
 
 
-def api_detections(server: Server, model: str, **params: str | float) -> list[dict[str, Any]]:
+def api_detections(
+    server: Server, model: str, sample: str = SAMPLE, **params: str | float
+) -> list[dict[str, Any]]:
     response = httpx.post(
         f"{server.url}/detect",
         params={"model": model, **params},
-        content=(SAMPLES_DIR / SAMPLE).read_bytes(),
+        content=(SAMPLES_DIR / sample).read_bytes(),
         headers={"content-type": "image/jpeg"},
         timeout=WAIT_S,
     )
@@ -124,6 +128,26 @@ def open_page_and_run_sample(browser: Any, server: Server, model: str) -> None:
     Select(browser.find_element(By.ID, "model")).select_by_value(model)
     browser.find_element(By.CSS_SELECTOR, f'.sample[data-src="/static/samples/{SAMPLE}"]').click()
     wait_for(browser, "document.getElementById('canvas').dataset.state === 'done'", "the detections drawn")
+
+
+def test_a_real_photo_sample_selects_the_model_that_knows_it(
+    browser: Any, server: Server, tmp_path: Path
+) -> None:
+    """The synthetic model is selected; the astronaut's sample switches to the real-photo model, whose person
+    is drawn as the API answers it."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.select import Select
+
+    browser.get(f"{server.url}/")
+    wait_for(browser, "document.getElementById('model').options.length > 0", "the model list")
+    Select(browser.find_element(By.ID, "model")).select_by_value("ssd300-synth")
+    browser.find_element(By.CSS_SELECTOR, '.sample[data-src="/static/samples/astronaut.jpg"]').click()
+    wait_for(browser, "document.getElementById('canvas').dataset.state === 'done'", "the detections drawn")
+    assert browser.find_element(By.ID, "model").get_attribute("value") == REAL_PHOTO_MODEL
+    shown = drawn(browser)
+    assert [d["label"] for d in shown] == ["Person"]
+    assert shown == as_drawn(api_detections(server, REAL_PHOTO_MODEL, "astronaut.jpg"))
+    browser.save_screenshot(str(tmp_path / "page-astronaut.png"))
 
 
 def set_threshold(browser: Any, value: float) -> None:
