@@ -99,7 +99,7 @@ def test_docs_assets_are_package_data() -> None:
         assert any(fnmatch.fnmatch(relative, pattern) for pattern in patterns), f"{relative} not in the wheel"
 
 
-def test_samples_are_small_synthetic_jpegs_the_page_offers(client: TestClient) -> None:
+def test_samples_are_small_jpegs_the_page_offers(client: TestClient) -> None:
     page = client.get("/").text
     offered = set(re.findall(r'data-src="/static/samples/([^"]+)"', page))
     files = {p.name for p in SAMPLES_DIR.iterdir()}
