@@ -92,7 +92,7 @@ def run_config(
 
 def _coco_stats(coco: COCO, image_ids: list[int], detections: list[dict[str, Any]]) -> dict[str, float]:
     if not detections:
-        return {"ap": 0.0, "ap50": 0.0, "ap_small": 0.0, "ap_medium": 0.0}
+        return {"ap": 0.0, "ap50": 0.0, "ap_small": 0.0, "ap_medium": 0.0, "ar": 0.0}
     with contextlib.redirect_stdout(io.StringIO()):
         evaluator = COCOeval(coco, coco.loadRes(detections), "bbox")
         evaluator.params.imgIds = image_ids
@@ -100,7 +100,8 @@ def _coco_stats(coco: COCO, image_ids: list[int], detections: list[dict[str, Any
         evaluator.accumulate()
         evaluator.summarize()
     s = np.maximum(evaluator.stats, 0.0)  # -1: no ground truth of that size
-    return {"ap": float(s[0]), "ap50": float(s[1]), "ap_small": float(s[3]), "ap_medium": float(s[4])}
+    stats = {"ap": float(s[0]), "ap50": float(s[1]), "ap_small": float(s[3]), "ap_medium": float(s[4])}
+    return stats | {"ar": float(s[8])}  # recall: COCO's AR at 100 detections per image
 
 
 def _key(row: dict[str, Any]) -> tuple[Any, ...]:
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--overlap", nargs="+", type=float, default=[0.2])
     parser.add_argument("--merge", nargs="+", default=["greedy_nmm:ios"], help="METHOD:METRIC[:THRESHOLD]")
     parser.add_argument("--no-full-image", action="store_true", help="tiles only, not the whole image too")
-    parser.add_argument("--max-inputs", type=int, default=None, help="DETECT_MAX_IMAGES_PER_REQUEST")
+    parser.add_argument("--max-inputs", type=int, default=None, help="DETECT_MAX_TILES_PER_REQUEST")
     parser.add_argument("--out", type=Path, default=Path("runs/tiling.jsonl"))
     parser.add_argument("--table", action="store_true", help="print --out as a Markdown table and exit")
     args = parser.parse_args(argv)
@@ -145,8 +146,7 @@ def main(argv: list[str] | None = None) -> None:
                 "DETECT_REQUEST_TIMEOUT_MS": "600000",
             }
             if args.max_inputs:
-                settings["DETECT_MAX_IMAGES_PER_REQUEST"] = str(args.max_inputs)
-                settings["DETECT_MAX_QUEUE_SIZE"] = str(2 * args.max_inputs)
+                settings["DETECT_MAX_TILES_PER_REQUEST"] = str(args.max_inputs)
             full_image = not args.no_full_image
             todo = [
                 (t, o)
@@ -180,15 +180,16 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         "inputs limit",
         "tiles / image",
     ]
-    header += ["AP", "AP50", "AP-small", "AP-medium", "s / image (median)"]
+    header += ["AP", "AP50", "AP-small", "AP-medium", "recall (AR@100)", "s / image (median)"]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for r in rows:
         cells = [r["model"], r["tiling"], str(r["overlap"]), r["merge"], str(r["score_threshold"])]
         cells.append("yes" if r["full_image"] else "no")
-        cells.append(str(r.get("max_inputs") or 16))
+        cells.append(str(r.get("max_inputs") or "default"))
         cells.append(f"{r['tiles_per_image']:.0f}")
         cells += [f"{r[k]:.3f}" for k in ("ap", "ap50", "ap_small", "ap_medium")]
+        cells.append(f"{r['ar']:.3f}" if "ar" in r else "-")
         cells.append(f"{r['median_s']:.2f}")
         print("| " + " | ".join(cells) + " |")
 

@@ -126,8 +126,17 @@ class Settings(BaseSettings):
 
     # Tiled inference for large images (docs/tiling.md): the default of requests that send no `tiling`
     # (off | auto | WIDTHxHEIGHT; per model in model_overrides). Each tile is one network input, counted
-    # against max_images_per_request, the queue and the expected-wait admission as an image.
+    # against the tile budget below and the expected-wait admission.
     tiling: str = Field(default="off", pattern=TILING_PATTERN)
+    # The tile budget of one request (not max_images_per_request: a tile is a network input, ~0.2-0.8 MB,
+    # not a decoded image): at most this many network inputs, and for tiling=auto at most what the model
+    # runs in tiling_max_seconds at its measured throughput (larger tiles otherwise). Tiles are queued a
+    # batch or two at a time, so single images sent meanwhile overtake a large tiled request.
+    max_tiles_per_request: int = Field(default=256, gt=0)
+    tiling_max_seconds: float = Field(default=10.0, gt=0)
+    # Tiles are queued this many at a time (two such batches at most waiting or running), after interactive
+    # images: a single image sent meanwhile waits for at most one running batch of this size.
+    tiling_batch_size: int = Field(default=2, gt=0)
     # Neighbouring tiles overlap by this fraction of the tile side (requests: tile_overlap).
     tiling_overlap: float = Field(default=0.2, ge=0, le=0.75)
     # Also run the whole image, downscaled, for objects larger than a tile.

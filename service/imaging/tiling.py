@@ -14,8 +14,9 @@ decoded, so a request's tiles count against its limits as that many images would
 - ``off``: one network input per image, as without tiling.
 - ``WxH``: tiles of exactly that size (each side `MIN_TILE_SIDE`..`MAX_TILE_SIDE` px).
 - ``auto``: tiles only when the image is more than ``auto_min_scale`` times the network input along a
-  side; tiles have the network input's size, grown in steps of 25% until the request's tiles fit the
-  per-request image limit.
+  side; tiles have the network input's size, grown in steps of 25% only until the request's tiles fit its
+  tile budget (`service.pipeline.tile_budget`: inputs, memory, and time at the model's throughput); an
+  image whose budget leaves no room for two tiles is not tiled.
 """
 
 from __future__ import annotations
@@ -185,23 +186,18 @@ def plan_tiles(
             raise PayloadTooLarge(
                 f"{field}: tiles of {tiling.tile_size[0]}x{tiling.tile_size[1]} cut the {width}x{height} "
                 f"image into {count} tiles (+{extra} whole image); at most {max_inputs} network inputs "
-                "fit this request (max_images_per_request): send larger tiles, or tiling=auto",
+                "fit this request (the tile budget: max_tiles_per_request): send larger tiles, or "
+                "tiling=auto",
                 field=field,
             )
         return slice_grid(width, height, *tiling.tile_size, tiling.overlap)
-    return _auto_tiles(width, height, network, tiling.overlap, max_inputs - extra, field)
+    if max_inputs - extra < 2:  # no room for two tiles: one tile would be the whole image
+        return None
+    return _auto_tiles(width, height, network, tiling.overlap, max_inputs - extra)
 
 
-def _auto_tiles(
-    width: int, height: int, network: tuple[int, int], overlap: float, budget: int, field: str
-) -> list[Tile]:
-    """Network-sized tiles, grown by 25% at a time until at most ``budget`` cover the image."""
-    if budget < 1:
-        raise PayloadTooLarge(
-            f"{field}: no room for tiles: the request's other images take every network input it may have "
-            "(max_images_per_request)",
-            field=field,
-        )
+def _auto_tiles(width: int, height: int, network: tuple[int, int], overlap: float, budget: int) -> list[Tile]:
+    """Network-sized tiles, grown by 25% at a time until at most ``budget`` (>= 2) cover the image."""
     factor = 1.0
     while True:
         tile_w = min(width, round(network[0] * factor))

@@ -28,8 +28,9 @@ from service.imaging.merging import MergeRule, TilePart, merge_detections
 from service.imaging.postprocess import DetectParams, KeptDetections, select_detections, to_schema
 from service.imaging.render import ImageFormat, render_detections
 from service.imaging.tiling import Tile, Tiling, cut_by_tile, plan_tiles
+from service.pipeline.inference import Outputs
 from service.pipeline.inputs import ImageUpload
-from service.pipeline.tasks import gather_in_order
+from service.pipeline.tile_budget import tile_budget
 from service.pipeline.timing import RequestStages
 from service.runtime.admission import (
     DECODE_BYTES_PER_PIXEL,
@@ -37,14 +38,11 @@ from service.runtime.admission import (
     RENDER_BYTES_PER_PIXEL,
     Resources,
 )
-from service.runtime.batching.batch_queue import Priority
-from service.runtime.batching.batch_worker import ItemTimes
 from service.runtime.model_runtime import LoadedModel
 from service.schemas import Box, DetectionResult
 
 MaskFormat = Literal["rle", "polygon"]
 _UNLIMITED = 1 << 30
-Outputs = dict[str, np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -115,10 +113,10 @@ def plan_images(
     tiling: Tiling | None = None,
 ) -> list[ImagePlan]:
     """Read every header, plan each image's tiles, and check the request's decoded pixels against
-    ``max_request_pixels`` and its network inputs against ``max_images_per_request``."""
+    ``max_request_pixels`` and its tiles against the tile budget (`service.pipeline.tile_budget`)."""
     spec = model.manifest.input
     tiling = tiling or Tiling()
-    max_inputs = resources.upload_limits.max_images
+    budget = tile_budget(model, resources) if tiling.mode != "off" else None
     reduce_to = None
     if resources.reduced_jpeg_decode and not keep_original:
 
@@ -135,13 +133,12 @@ def plan_images(
             field=upload.label,
             reduce_to=None if header_only else reduce_to,
         )
-        tiles = plan_tiles(
-            decode.original_size,
-            (spec.width, spec.height),
-            tiling,
-            max(1, max_inputs // len(uploads) if tiling.mode == "auto" else max_inputs - len(uploads) + 1),
-            field="tiling",
-        )
+        tiles = None
+        if budget is not None:
+            share = budget.auto // len(uploads) if tiling.mode == "auto" else budget.inputs - len(uploads) + 1
+            tiles = plan_tiles(
+                decode.original_size, (spec.width, spec.height), tiling, max(1, share), field="tiling"
+            )
         if header_only and tiles is None and reduce_to is not None:
             decode = plan_decode(
                 upload.data, max_pixels=resources.max_image_pixels, field=upload.label, reduce_to=reduce_to
@@ -155,11 +152,10 @@ def plan_images(
             field="images",
         )
     inputs = sum(p.inputs for p in plans)
-    if inputs > max_inputs:
+    if budget is not None and inputs > max(budget.inputs, len(plans)):
         raise PayloadTooLarge(
-            f"the request's {len(plans)} image(s) are cut into {inputs} network inputs (tiles count as "
-            f"images); the limit per request is {max_inputs} (max_images_per_request): send larger tiles "
-            "or fewer images",
+            f"the request's {len(plans)} image(s) are cut into {inputs} network inputs; a request's tiles "
+            f"may make at most {budget.inputs} ({budget.reason}): send larger tiles or fewer images",
             field="tiling",
         )
     return plans
@@ -205,10 +201,15 @@ async def prepare_images(
     that stack closes; without, an image's memory is held only while it is decoded.
     """
     per_pixel = RENDER_BYTES_PER_PIXEL if originals is not None else DECODE_BYTES_PER_PIXEL
+    spec = model.manifest.input
     prepared: list[Prepared] = []
     for upload, plan in zip(uploads, plans, strict=True):
         pixels = plan.decode.decoded_pixels
-        held = resources.image_budget.hold(pixels * per_pixel, resources.budget_wait_s, field=upload.label)
+        # A tiled image's network inputs live until inference: its tiles count too.
+        tile_bytes = 0 if plan.tiles is None else plan.inputs * spec.width * spec.height * 3
+        held = resources.image_budget.hold(
+            pixels * per_pixel + tile_bytes, resources.budget_wait_s, field=upload.label
+        )
         async with AsyncExitStack() as decoding:
             owner = originals if originals is not None else decoding
             await owner.enter_async_context(held)
@@ -218,28 +219,6 @@ async def prepare_images(
                 )
             )
     return prepared
-
-
-async def infer(
-    model: LoadedModel,
-    images: list[np.ndarray],
-    deadline: float | None,
-    stages: RequestStages,
-    priority: Priority = "interactive",
-) -> list[Outputs]:
-    """Each network-sized image's outputs, queued together so they can share a batch.
-
-    ``deadline`` is the `time.monotonic` time by which inference must start (None: no limit);
-    ``priority``: interactive requests go before stream frames (`service.runtime.batching.batcher`).
-    """
-    times = [ItemTimes() for _ in images]
-    outputs = await gather_in_order(
-        model.submit(image, deadline, image_times, priority)
-        for image, image_times in zip(images, times, strict=True)
-    )
-    for image_times in times:
-        stages.batched(image_times)
-    return outputs
 
 
 def postprocess(

@@ -39,17 +39,16 @@ from service.imaging.tiling import Tiling
 from service.pipeline.detect import (
     ImageOutcome,
     MaskFormat,
-    Outputs,
     Prepared,
     boxed_image,
     contract_outputs,
-    infer,
     json_results,
     plan_images,
     postprocess,
     prepare_images,
 )
 from service.pipeline.frames import prepare_frames
+from service.pipeline.inference import Outputs, infer
 from service.pipeline.inputs import ImageUpload
 from service.pipeline.shadow import OnCompared, ShadowRunner
 from service.pipeline.tasks import Gone, cancel_when_gone
@@ -288,14 +287,20 @@ class PipelineRequest:
         plans = await self.compute(
             plan_images, self.model, images, self._resources, originals is not None, tiling, nbytes=nbytes
         )
-        self._admit(sum(plan.inputs for plan in plans))  # a tile is queued, and admitted, as an image
+        inputs = sum(plan.inputs for plan in plans)
+        # Tiles are queued tiling_batch_size at a time, two such windows at most, after interactive images:
+        # they take that much room in the queue, and all of them count in the expected wait.
+        window = self._resources.tiling_batch_size if any(p.tiles for p in plans) else None
+        self._admit(inputs, room=None if window is None else min(inputs, 2 * window))
 
         async def decode_and_infer() -> tuple[list[Prepared], list[Outputs]]:
             prepared = await prepare_images(
                 self.model, images, plans, self._resources, self.stages, originals
             )
             network_inputs = [view.network_input for item in prepared for view in item.views]
-            return prepared, await infer(self.model, network_inputs, self.deadline, self.stages)
+            priority: Priority = self.priority if window is None else "bulk"
+            outputs = await infer(self.model, network_inputs, self.deadline, self.stages, priority, window)
+            return prepared, outputs
 
         result = await cancel_when_gone(self._gone, decode_and_infer())
         await self._inputs.aclose()  # every image is decoded: its encoded bytes are no longer needed
@@ -363,8 +368,9 @@ class PipelineRequest:
 
         return compared
 
-    def _admit(self, images: int) -> None:
-        """Admit the request's ``images`` against the queue, and count it in flight from here on."""
-        self.model.admit(images, self.deadline, self.priority)
+    def _admit(self, images: int, room: int | None = None) -> None:
+        """Admit the request's ``images`` against the queue (``room``: the places they take in it at once,
+        default all), and count it in flight from here on."""
+        self.model.admit(images, self.deadline, self.priority, room)
         self._held.enter_context(self._pipeline.in_flight.admitted())
         self._counted = True

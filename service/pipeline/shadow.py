@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from service.errors import DeadlineExceeded, QueueFull, ServiceUnavailable
-from service.pipeline.detect import Outputs, infer
+from service.pipeline.inference import Outputs, infer
 from service.pipeline.timing import RequestStages
 from service.runtime.model_runtime import LoadedModel, ModelRuntime
 

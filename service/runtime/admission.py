@@ -84,6 +84,9 @@ class Resources:
     max_request_pixels: int
     budget_wait_s: float
     reduced_jpeg_decode: bool
+    max_tiles: int = 256  # network inputs one request's tiles may make (max_tiles_per_request)
+    tiling_max_seconds: float = 10.0  # tiling=auto: tiles the model runs in this time at its throughput
+    tiling_batch_size: int = 2  # tiles queued at a time (two such windows in flight)
 
     @classmethod
     def from_settings(
@@ -105,4 +108,7 @@ class Resources:
             max_request_pixels=settings.max_request_pixels,
             budget_wait_s=wait_s,
             reduced_jpeg_decode=settings.reduced_jpeg_decode,
+            max_tiles=settings.max_tiles_per_request,
+            tiling_max_seconds=settings.tiling_max_seconds,
+            tiling_batch_size=settings.tiling_batch_size,
         )

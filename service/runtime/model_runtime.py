@@ -105,10 +105,13 @@ class LoadedModel:
             )
         return self.batcher
 
-    def admit(self, images: int, deadline: float | None, priority: Priority = "interactive") -> None:
+    def admit(
+        self, images: int, deadline: float | None, priority: Priority = "interactive", room: int | None = None
+    ) -> None:
         """Refuse now (429 + Retry-After) ``images`` that could not be done by ``deadline`` behind the
-        queue as it is (see `DynamicBatcher.admit`)."""
-        self.require_ready().admit(images, deadline, priority)
+        queue as it is, or whose ``room`` places (default ``images``) do not fit in it
+        (`DynamicBatcher.admit`)."""
+        self.require_ready().admit(images, deadline, priority, room)
 
     async def submit(
         self,

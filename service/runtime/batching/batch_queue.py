@@ -1,10 +1,11 @@
 """The requests a batcher holds before dispatch, by priority.
 
-`BatchQueue` keeps interactive items (`/detect`, Open Inference Protocol) and stream frames apart, and the
-batch being formed (taken from them, not yet dispatched). Interactive items go into a batch first, each
-taking a stream frame's place in a batch that may not grow; stream frames fill the room left and are shed
-first when an interactive request needs room. `service.runtime.batching.batcher` decides when a batch
-closes; this module decides which requests are in it.
+`BatchQueue` keeps interactive items (`/detect`, Open Inference Protocol), bulk items (the tiles of a tiled
+request) and stream frames apart, and the batch being formed (taken from them, not yet dispatched).
+Interactive items go into a batch first, each taking a bulk item's or a stream frame's place in a batch that
+may not grow; bulk items fill the room left, then stream frames. Stream frames are shed first when an
+interactive request needs room; bulk items are never shed (their request queues them a batch at a time).
+`service.runtime.batching.batcher` decides when a batch closes; this module decides which requests are in it.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from service.runtime.batching.batch_worker import Pending
 In = TypeVar("In")
 Out = TypeVar("Out")
 
-# Interactive requests go first and are never shed for stream frames.
-Priority = Literal["interactive", "stream"]
+# Interactive requests go first, then bulk items (tiles), then stream frames; only stream frames are shed.
+Priority = Literal["interactive", "bulk", "stream"]
 
 
 class BatchQueue(Generic[In, Out]):
@@ -29,22 +30,26 @@ class BatchQueue(Generic[In, Out]):
     def __init__(self, name: str) -> None:
         self.name = name
         self.interactive: deque[Pending[In, Out]] = deque()
-        self.streams: deque[Pending[In, Out]] = deque()  # taken after interactive items
+        self.bulk: deque[Pending[In, Out]] = deque()  # taken after interactive items
+        self.streams: deque[Pending[In, Out]] = deque()  # taken last
         self.forming: list[Pending[In, Out]] = []  # taken from the queues, not yet dispatched
 
     @property
     def depth(self) -> int:
         """Requests waiting to start inference (queued plus the batch being formed)."""
-        return len(self.interactive) + len(self.streams) + len(self.forming)
+        return len(self.interactive) + len(self.bulk) + len(self.streams) + len(self.forming)
 
     def depth_ahead_of(self, priority: Priority) -> int:
-        """Items that run before a new one of ``priority``: interactive items skip the stream frames."""
+        """Items that run before a new one of ``priority``: interactive items skip bulk items and stream
+        frames, bulk items skip stream frames."""
         if priority == "stream":
             return self.depth
-        return len(self.interactive) + sum(1 for p in self.forming if not p.background)
+        forming = sum(1 for p in self.forming if not p.background and (priority == "bulk" or not p.bulk))
+        return len(self.interactive) + (len(self.bulk) if priority == "bulk" else 0) + forming
 
     def append(self, pending: Pending[In, Out]) -> None:
-        (self.streams if pending.background else self.interactive).append(pending)
+        queue = self.streams if pending.background else self.bulk if pending.bulk else self.interactive
+        queue.append(pending)
 
     def shed_streams(self, room_for: int, max_size: int) -> None:
         """Fail queued stream frames, the newest first (`QueueFull`: their sessions count them as dropped),
@@ -59,27 +64,34 @@ class BatchQueue(Generic[In, Out]):
     def take(
         self, batch: list[Pending[In, Out]], limit: int, over_budget: Callable[[list[Pending[In, Out]]], bool]
     ) -> None:
-        """Fill ``batch`` up to ``limit``: interactive items first, each taking a stream frame's place in a
-        batch that may not grow (full, or ``over_budget``; the frame goes back to the front of its queue),
-        then stream frames in the room left. Requests already done (cancelled, expired) are dropped."""
+        """Fill ``batch`` up to ``limit``: interactive items first, each taking a stream frame's (else a bulk
+        item's) place in a batch that may not grow (full, or ``over_budget``; the item goes back to the front
+        of its queue), then bulk items, then stream frames in the room left. Requests already done
+        (cancelled, expired) are dropped."""
         while self.interactive:
             if len(batch) >= limit or over_budget(batch):
                 frames = [i for i, p in enumerate(batch) if p.background]
-                if not frames:
+                bulk = [i for i, p in enumerate(batch) if p.bulk]
+                if frames:
+                    self.streams.appendleft(batch.pop(frames[-1]))
+                elif bulk:
+                    self.bulk.appendleft(batch.pop(bulk[-1]))
+                else:
                     break
-                self.streams.appendleft(batch.pop(frames[-1]))
             pending = self.interactive.popleft()
             if not pending.future.done():
                 batch.append(pending)
-        while self.streams and len(batch) < limit and not over_budget(batch):
-            pending = self.streams.popleft()
-            if not pending.future.done():
-                batch.append(pending)
+        for queue in (self.bulk, self.streams):
+            while queue and len(batch) < limit and not over_budget(batch):
+                pending = queue.popleft()
+                if not pending.future.done():
+                    batch.append(pending)
 
     def drain(self) -> list[Pending[In, Out]]:
         """Every request held, removed (the batch being formed first)."""
-        held = [*self.forming, *self.interactive, *self.streams]
+        held = [*self.forming, *self.interactive, *self.bulk, *self.streams]
         self.forming = []
         self.interactive.clear()
+        self.bulk.clear()
         self.streams.clear()
         return held

@@ -65,6 +65,7 @@ class Pending(Generic[In, Out]):
     started: bool = field(default=False)
     times: ItemTimes | None = None  # filled with when this request waited and ran
     background: bool = False  # a stream frame: taken after interactive items, shed first
+    bulk: bool = False  # a tile of a tiled request: taken after interactive items, never shed
 
 
 @dataclass

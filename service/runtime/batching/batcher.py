@@ -15,10 +15,11 @@ deadline has passed (504) are dropped, so they cost no compute. A failing batch 
 waiters (500) and only those; the batcher keeps serving. The background task is owned: if it dies, the
 failure is logged, waiters are failed and `alive` turns false (readiness reports it).
 
-Priority: every item is ``interactive`` (a `/detect` or Open Inference Protocol request) or ``stream`` (a
-frame of a camera session, `service.streams`). Interactive items go into a batch first and shed queued
-stream frames when the queue is full (`service.runtime.batching.batch_queue`); their expected wait counts
-only the interactive items ahead of them. A stream frame is refused when the queue is full.
+Priority: every item is ``interactive`` (a `/detect` or Open Inference Protocol request), ``bulk`` (a tile
+of a tiled request, `service.pipeline.inference`) or ``stream`` (a frame of a camera session,
+`service.streams`). Interactive items go into a batch first and shed queued stream frames when the queue is
+full (`service.runtime.batching.batch_queue`); their expected wait counts only the interactive items ahead
+of them. Bulk items come next and are never shed. A stream frame is refused when the queue is full.
 
 With ``policy="latency"`` the close decision is `service.runtime.batching.batch_close.close_reason` instead:
 it uses the fitted batch-time model, the arrival rate and each request's latency budget (``latency_budget_s``
@@ -188,6 +189,14 @@ class DynamicBatcher(Generic[In, Out]):
         """A guess at when the queue will have room: the time to run what is queued now."""
         return retry_after_s(self.expected_finish_s(1), 0.0)
 
+    def throughput(self) -> float | None:
+        """Images per second at full batches with every worker busy, from the fitted batch times (None
+        before the first batch)."""
+        seconds = self.batch_times.seconds(self.max_batch_size)
+        if not self.batch_times.known or seconds <= 0:
+            return None
+        return self.max_batch_size * len(self._worker.workers) / seconds
+
     def expected_finish_s(self, images: int, priority: Priority = "interactive") -> float:
         """Seconds until ``images`` queued now would be done, from the measured batch times (0: unknown)."""
         running_size, running_since = self._worker.next_free()
@@ -201,15 +210,18 @@ class DynamicBatcher(Generic[In, Out]):
             workers=len(self._worker.workers),
         )
 
-    def admit(self, images: int, deadline: float | None, priority: Priority = "interactive") -> None:
+    def admit(
+        self, images: int, deadline: float | None, priority: Priority = "interactive", room: int | None = None
+    ) -> None:
         """Refuse at once (`QueueFull`, 429 with Retry-After) a request of ``images`` that would overfill
-        the queue, or that the queue as it is would keep from finishing by ``deadline``
-        (`time.monotonic`). A request with nothing ahead of it is always admitted: it starts at once.
+        the queue (taking ``room`` places in it at once: default ``images``), or that the queue as it is
+        would keep from finishing by ``deadline`` (`time.monotonic`). A request with nothing ahead of it is
+        always admitted: it starts at once.
 
         Until a batch has run the wait is unknown and only the queue size limits admission. An interactive
         request makes room by shedding queued stream frames, and waits only behind interactive items.
         """
-        self._check_room(images, priority)
+        self._check_room(images if room is None else room, priority)
         ahead = self._depth_ahead_of(priority)
         nothing_ahead = ahead == 0 and self._worker.idle
         if deadline is None or nothing_ahead or not self.batch_times.known:
@@ -259,6 +271,7 @@ class DynamicBatcher(Generic[In, Out]):
             math.inf if deadline is None else deadline,
             times=times,
             background=background,
+            bulk=priority == "bulk",
         )
         self._waiting.append(pending)
         self._arrivals.arrived(now)
@@ -278,8 +291,9 @@ class DynamicBatcher(Generic[In, Out]):
 
     def _check_room(self, images: int, priority: Priority = "interactive") -> None:
         """`QueueFull` (429 with Retry-After) when ``images`` more would exceed ``max_queue_size``; an
-        interactive request first sheds queued stream frames (the newest ones) to make room."""
-        if priority == "interactive":
+        interactive request (and its tiles) first sheds queued stream frames (the newest ones) to make
+        room."""
+        if priority != "stream":
             self._waiting.shed_streams(images, self.max_queue_size)
         if self.queue_depth + images > self.max_queue_size:
             raise QueueFull(

@@ -18,7 +18,7 @@ IMAGE = encode(solid_image(220, height=128, width=192))
 
 @pytest.fixture
 def client(make_client: MakeClient, toy_repo: Path) -> TestClient:
-    return make_client(toy_repo, max_images_per_request=16)
+    return make_client(toy_repo, max_tiles_per_request=16)
 
 
 def _tiled(parameters: dict[str, Any]) -> tuple[dict[str, Any], bytes]:

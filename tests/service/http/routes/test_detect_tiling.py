@@ -3,15 +3,16 @@ refused before any work."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import cv2
 import numpy as np
 import pycocotools.mask as mask_utils
 import pytest
-from detect_testkit import MakeClient
+from detect_testkit import MakeClient, batcher_of
 from fastapi.testclient import TestClient
-from service_testkit import GatedFactory, encode, png_bomb, solid_image
+from service_testkit import GatedFactory, encode, png_bomb, solid_image, wait_until
 
 # A 192x128 image on the toy model's 64x64 input: tiles of 64x64 without overlap make a 3x2 grid.
 GRID = [[x, y, x + 64, y + 64] for y in (0, 64) for x in (0, 64, 128)]
@@ -29,7 +30,7 @@ def _images_run(gated: GatedFactory, model: str = "toy") -> int:
 
 @pytest.fixture
 def client(make_client: MakeClient, toy_repo: Path) -> TestClient:
-    return make_client(toy_repo, max_images_per_request=16)
+    return make_client(toy_repo, max_tiles_per_request=16)
 
 
 def test_tiles_run_as_images_and_merge_in_original_pixels(client: TestClient, gated: GatedFactory) -> None:
@@ -52,6 +53,67 @@ def test_auto_tiles_only_large_images(client: TestClient) -> None:
     assert "tiles" not in small
     large = _post(client, solid_image(200, height=300, width=400), tiling="auto").json()  # type: ignore[attr-defined]
     assert 1 < len(large["tiles"]) <= 15  # 16 network inputs per request, the whole image among them
+
+
+def test_auto_tiles_are_network_sized_within_the_tile_budget_not_the_image_limit(
+    make_client: MakeClient, toy_repo: Path
+) -> None:
+    """A tile is a network input: tiling=auto keeps the model's input size (64x64 here) although the request
+    may carry only 2 images; the tile budget, not max_images_per_request, bounds the tiles."""
+    client = make_client(toy_repo, max_images_per_request=2)
+    body = _post(client, solid_image(200, height=300, width=400), tiling="auto").json()  # type: ignore[attr-defined]
+    sizes = {(t["x2"] - t["x1"], t["y2"] - t["y1"]) for t in body["tiles"]}
+    assert sizes == {(64, 64)} and len(body["tiles"]) == 48
+    small_budget = make_client(toy_repo, max_tiles_per_request=16)
+    body = _post(small_budget, solid_image(200, height=300, width=400), tiling="auto").json()  # type: ignore[attr-defined]
+    assert 1 < len(body["tiles"]) <= 15 and min(t["x2"] - t["x1"] for t in body["tiles"]) > 64
+
+
+def test_auto_tiles_grow_to_fit_the_time_budget(
+    make_client: MakeClient, toy_repo: Path, gated: GatedFactory
+) -> None:
+    """Once the model's batch times are known, auto plans no more tiles than it runs in
+    tiling_max_seconds; with no room for two inputs the image is not tiled at all."""
+    client = make_client(toy_repo, tiling_max_seconds=1e-6)
+    _post(client, solid_image(200, height=64, width=64))  # a first batch: the batch times are known
+    assert batcher_of(client, "toy").throughput() is not None
+    response = _post(client, solid_image(200, height=300, width=400), tiling="auto")
+    assert response.status_code == 200, response.text  # type: ignore[attr-defined]
+    assert "tiles" not in response.json() and response.json()["detections"]  # type: ignore[attr-defined]
+    assert "tiles" in _post(client, solid_image(200, height=300, width=400), tiling="64x64").json()  # type: ignore[attr-defined]
+
+
+def test_a_single_image_overtakes_a_large_tiled_request(
+    make_client: MakeClient, toy_repo: Path, gated: GatedFactory
+) -> None:
+    """Tiles are queued tiling_batch_size at a time, after interactive images: an image sent while a
+    17-input tiled request runs goes into the very next batch (all tiles queued at once, in arrival order,
+    would have kept it behind all 16 others; windows without priority, behind the queued window)."""
+    client = make_client(toy_repo, model_overrides={"toy": {"max_batch_size": 4}}, tiling_batch_size=4)
+    backend = gated.backends["toy"]
+    backend.gate = gate = threading.Event()
+    answers: dict[str, object] = {}
+    big = solid_image(200, height=256, width=256)  # 16 tiles of 64x64 + the whole image
+    tiled = threading.Thread(
+        target=lambda: answers.update(tiled=_post(client, big, tiling="64x64", tile_overlap=0))
+    )
+    tiled.start()
+    wait_until(backend.entered.is_set, what="the first batch of tiles running")
+    wait_until(lambda: batcher_of(client, "toy").queue_depth == 4, what="the second window queued")
+    single = threading.Thread(
+        target=lambda: answers.update(single=_post(client, solid_image(50, height=64, width=64)))
+    )
+    single.start()
+    wait_until(lambda: batcher_of(client, "toy").queue_depth == 5, what="the single image queued")
+    gate.set()
+    tiled.join(30)
+    single.join(30)
+    assert answers["tiled"].status_code == answers["single"].status_code == 200  # type: ignore[attr-defined]
+    order = [value for call in backend.calls for value in call]
+    assert sorted(order) == [50.0] + [200.0] * 17
+    # The first window (4 tiles) was running; the image takes a queued tile's place in the next batch.
+    batches = [call for call in backend.calls]
+    assert batches[0] == [200.0] * 4 and 50.0 in batches[1], batches
 
 
 def test_server_and_model_defaults(make_client: MakeClient, toy_repo: Path) -> None:

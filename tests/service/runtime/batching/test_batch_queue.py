@@ -1,4 +1,5 @@
-"""`BatchQueue`: interactive items before stream frames, frames shed first, everything drained on failure."""
+"""`BatchQueue`: interactive items before bulk items (tiles) before stream frames, frames shed first (bulk
+items never), everything drained on failure."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from service.runtime.batching.batch_queue import BatchQueue
 from service.runtime.batching.batch_worker import Pending
 
 
-def _pending(loop: asyncio.AbstractEventLoop, item: str, stream: bool = False) -> Pending[str, str]:
-    return Pending(item, loop.create_future(), 0.0, math.inf, background=stream)
+def _pending(
+    loop: asyncio.AbstractEventLoop, item: str, stream: bool = False, bulk: bool = False
+) -> Pending[str, str]:
+    return Pending(item, loop.create_future(), 0.0, math.inf, background=stream, bulk=bulk)
 
 
 def _never(batch: list[Pending[str, str]]) -> bool:
@@ -60,5 +63,29 @@ def test_stream_frames_are_shed_newest_first_and_drain_empties_everything() -> N
         queue.forming.append(_pending(loop, "forming"))
         assert [p.item for p in queue.drain()] == ["forming", "a", "f0"]
         assert queue.depth == 0
+
+    asyncio.run(scenario())
+
+
+def test_tiles_come_after_interactive_items_and_before_stream_frames_and_are_never_shed() -> None:
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        queue: BatchQueue[str, str] = BatchQueue("m")
+        queue.append(_pending(loop, "f1", stream=True))
+        for name in ("t1", "t2", "t3"):
+            queue.append(_pending(loop, name, bulk=True))
+        queue.append(_pending(loop, "a"))
+        assert queue.depth_ahead_of("interactive") == 1
+        assert queue.depth_ahead_of("bulk") == 4 and queue.depth_ahead_of("stream") == 5
+        batch: list[Pending[str, str]] = []
+        queue.take(batch, 3, _never)
+        assert [p.item for p in batch] == ["a", "t1", "t2"]
+        queue.append(_pending(loop, "b"))  # arrives while the full batch waits for the worker
+        queue.take(batch, 3, _never)
+        assert [p.item for p in batch] == ["a", "t1", "b"]  # t2 gave its place back, to the queue's front
+        assert [p.item for p in queue.bulk] == ["t2", "t3"]
+        queue.shed_streams(room_for=10, max_size=4)
+        assert [p.item for p in queue.bulk] == ["t2", "t3"] and not queue.streams
+        assert not any(p.future.done() for p in queue.bulk)
 
     asyncio.run(scenario())

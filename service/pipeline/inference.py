@@ -1,0 +1,62 @@
+"""A request's network inputs through its model's batcher.
+
+Up to a batch's worth of inputs is queued at once, so they can share a batch. A larger set (a tiled image:
+tens to hundreds of tiles) is queued ``window`` inputs at a time, with at most two windows waiting or running:
+single images sent meanwhile queue behind at most two batches of tiles instead of all of them, and the
+batcher is never left idle between windows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+import numpy as np
+
+from service.pipeline.tasks import gather_in_order
+from service.pipeline.timing import RequestStages
+from service.runtime.batching.batch_queue import Priority
+from service.runtime.batching.batch_worker import ItemTimes
+from service.runtime.model_runtime import LoadedModel
+
+Outputs = dict[str, np.ndarray]
+WINDOWS_IN_FLIGHT = 2
+
+
+async def infer(
+    model: LoadedModel,
+    images: list[np.ndarray],
+    deadline: float | None,
+    stages: RequestStages,
+    priority: Priority = "interactive",
+    window: int | None = None,
+) -> list[Outputs]:
+    """Each network-sized image's outputs, in order.
+
+    ``deadline`` is the `time.monotonic` time by which inference must start (None: no limit);
+    ``priority``: interactive requests go before stream frames (`service.runtime.batching.batcher`);
+    ``window``: queue at most this many inputs at a time (two windows in flight), None: all at once.
+    """
+    times = [ItemTimes() for _ in images]
+
+    def submit(start: int, end: int) -> asyncio.Future[list[Outputs]]:
+        return asyncio.ensure_future(
+            gather_in_order(model.submit(images[i], deadline, times[i], priority) for i in range(start, end))
+        )
+
+    step = len(images) if window is None or window >= len(images) else max(1, window)
+    queued: deque[asyncio.Future[list[Outputs]]] = deque()
+    outputs: list[Outputs] = []
+    try:
+        for start in range(0, len(images), step):
+            if len(queued) == WINDOWS_IN_FLIGHT:
+                outputs += await queued.popleft()
+            queued.append(submit(start, min(start + step, len(images))))
+        while queued:
+            outputs += await queued.popleft()
+    finally:
+        for pending in queued:  # an error or a cancelled request: its later windows never run
+            pending.cancel()
+    for image_times in times:
+        stages.batched(image_times)
+    return outputs

@@ -1,0 +1,43 @@
+"""How many network inputs one request's tiles may make (docs/tiling.md, "The tile budget").
+
+A tile is a network input (``width x height x 3`` bytes, ~0.2 MB at 256x256), not a decoded image, so tiles
+have a budget of their own instead of ``max_images_per_request``:
+
+- ``max_tiles_per_request`` network inputs (the whole image, when it also runs, counts as one);
+- at most half of ``image_memory_bytes`` in tiles (their resized inputs are held until inference);
+- for ``tiling=auto`` only, at most what the model runs in ``tiling_max_seconds`` at its measured
+  throughput (from the batch times it has observed; no limit before the first batch). Auto tiles are
+  network-sized and grow only when the image needs more tiles than this.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from service.runtime.admission import Resources
+from service.runtime.model_runtime import LoadedModel
+
+
+@dataclass(frozen=True)
+class TileBudget:
+    inputs: int  # network inputs any tiled request may make
+    auto: int  # network inputs tiling=auto plans for (also bounded by time)
+    reason: str  # what bounds ``inputs``, for refusals
+
+
+def tile_budget(model: LoadedModel, resources: Resources) -> TileBudget:
+    spec = model.manifest.input
+    input_bytes = spec.width * spec.height * 3
+    by_memory = max(1, resources.image_budget.capacity // (2 * input_bytes))
+    if by_memory < resources.max_tiles:
+        inputs, reason = by_memory, f"half of image_memory_bytes at {input_bytes} bytes per tile"
+    else:
+        inputs, reason = resources.max_tiles, "max_tiles_per_request"
+    rate = _images_per_second(model)
+    auto = inputs if rate is None else min(inputs, max(1, int(rate * resources.tiling_max_seconds)))
+    return TileBudget(inputs, auto, reason)
+
+
+def _images_per_second(model: LoadedModel) -> float | None:
+    batcher = model.batcher
+    return None if batcher is None else batcher.throughput()
