@@ -27,8 +27,9 @@ if TYPE_CHECKING:
     from service.bench.http_load import BenchImage
 
 DEFAULT_SEED = 0
-# The open loop's HTTP clients: "lean" (service.bench.lean_http) or httpx.
-OPEN_LOOP_CLIENTS = ("lean", "httpx")
+# The open loop's HTTP clients: "lean" (service.bench.lean_http), httpx, or wrk (service.bench.wrk_client: a C
+# client, a small fraction of the Python clients' CPU per request).
+OPEN_LOOP_CLIENTS = ("lean", "httpx", "wrk")
 
 
 def poisson_schedule(rate: float, duration_s: float, seed: int = DEFAULT_SEED) -> np.ndarray:
@@ -94,11 +95,14 @@ async def run_open_loop(
 ) -> OpenLoopResult:
     """Send POST /detect at Poisson times of ``rate`` for ``duration_s`` and wait for every answer.
 
-    ``client`` "lean" (`service.bench.lean_http`, a fraction of httpx's CPU per request) or "httpx"."""
+    ``client`` "lean" (`service.bench.lean_http`, a fraction of httpx's CPU per request), "httpx", or "wrk"
+    (`service.bench.wrk_client.run_wrk_open_loop`: the first image only)."""
     import httpx
 
     if client not in OPEN_LOOP_CLIENTS:
         raise ValueError(f"client must be one of {OPEN_LOOP_CLIENTS}, got {client!r}")
+    if client == "wrk":
+        return await _wrk_open_loop(url, images[0], rate, duration_s, seed, model, timeout_s, max_connections)
     offsets = poisson_schedule(rate, duration_s, seed)
     target = "/detect" + (f"?{urlencode({'model': model})}" if model else "")
     latencies: list[float] = []
@@ -145,13 +149,9 @@ async def run_open_loop(
         lean.close()
         after_text = (await scraper.get("/metrics")).text
 
-    gained = window_gain(histogram_totals(before_text, model), histogram_totals(after_text, model))
-    batched, batches = gained.get("detect_batch_size", (0.0, 0.0))
-    before_sizes, after_sizes = batch_size_counts(before_text, model), batch_size_counts(after_text, model)
-    sizes = {le: int(n - before_sizes.get(le, 0)) for le, n in after_sizes.items()}
     ok = sum(1 for t in latencies if math.isfinite(t))
     lag_ms = np.asarray(lags) * 1000
-    return OpenLoopResult(
+    result = OpenLoopResult(
         rate=rate,
         seed=seed,
         duration_s=duration_s,
@@ -163,10 +163,78 @@ async def run_open_loop(
         errors=dict(errors),
         send_lag_ms={"mean": float(lag_ms.mean()), "max": float(lag_ms.max())} if len(lags) else {},
         client_cpu_ms_per_request=client_cpu_s / len(offsets) * 1000 if len(offsets) else 0.0,
-        batch_sizes={le: n for le, n in sizes.items() if n > 0},
-        mean_batch_size=batched / batches if batches > 0 else None,
-        stage_totals={name: t for name, t in gained.items() if name != "detect_batch_size" and t[1] > 0},
     )
+    return with_server_window(result, before_text, after_text, model)
+
+
+async def _wrk_open_loop(
+    url: str,
+    image: BenchImage,
+    rate: float,
+    duration_s: float,
+    seed: int,
+    model: str | None,
+    timeout_s: float,
+    connections: int,
+) -> OpenLoopResult:
+    import httpx
+
+    from service.bench.wrk_client import run_wrk_open_loop
+
+    async with httpx.AsyncClient(base_url=url, timeout=timeout_s) as scraper:
+        before_text = (await scraper.get("/metrics")).text
+        run = await asyncio.to_thread(
+            run_wrk_open_loop, url, image.data, image.content_type, rate=rate, duration_s=duration_s,
+            seed=seed, model=model, connections=connections, timeout_s=timeout_s,
+        )  # fmt: skip
+        after_text = (await scraper.get("/metrics")).text
+    errors = {k: v for k, v in run.errors.items() if v and k != "status"}
+    sent = run.requests + run.errors["connect"] + run.errors["write"]
+    result = OpenLoopResult(
+        rate=rate,
+        seed=seed,
+        duration_s=run.duration_s,
+        sent=sent,
+        ok=run.ok,
+        achieved_rps=run.ok / run.duration_s if run.duration_s else 0.0,
+        latency_ms=_tail_with_failures(run.latency_ms, sent - run.ok, sent),
+        status_counts={"2xx": run.ok, "other": run.errors["status"]},
+        errors=errors,
+        send_lag_ms={
+            "mean": run.late_sum_ms / max(1, run.arrivals),
+            "max": run.late_max_ms,
+            "late_share": run.late / max(1, run.arrivals),
+        },
+        client_cpu_ms_per_request=(run.cpu_user_s + run.cpu_system_s) / sent * 1000 if sent else 0.0,
+    )
+    return with_server_window(result, before_text, after_text, model)
+
+
+def _tail_with_failures(latency_ms: dict[str, float], failed: int, total: int) -> dict[str, float]:
+    """wrk's percentiles of the answered requests, with failures counted as infinitely slow: a percentile
+    the failures reach is ``inf`` (as `tail_summary` counts them)."""
+    share = failed / total if total else 0.0
+    tail = dict(latency_ms)
+    for key, q in (("p50", 0.50), ("p90", 0.90), ("p99", 0.99)):
+        if share > 1 - q:
+            tail[key] = math.inf
+    if failed:
+        tail["max"] = math.inf
+    return tail
+
+
+def with_server_window(
+    result: OpenLoopResult, before_text: str, after_text: str, model: str | None
+) -> OpenLoopResult:
+    """``result`` with the server's batch sizes and stage totals over the run (/metrics before and after)."""
+    gained = window_gain(histogram_totals(before_text, model), histogram_totals(after_text, model))
+    batched, batches = gained.get("detect_batch_size", (0.0, 0.0))
+    before_sizes, after_sizes = batch_size_counts(before_text, model), batch_size_counts(after_text, model)
+    sizes = {le: int(n - before_sizes.get(le, 0)) for le, n in after_sizes.items()}
+    result.batch_sizes = {le: n for le, n in sizes.items() if n > 0}
+    result.mean_batch_size = batched / batches if batches > 0 else None
+    result.stage_totals = {name: t for name, t in gained.items() if name != "detect_batch_size" and t[1] > 0}
+    return result
 
 
 def search_max_rate(

@@ -58,7 +58,8 @@ def add_open_loop_arguments(parser: argparse.ArgumentParser) -> None:
         choices=OPEN_LOOP_CLIENTS,
         default="lean",
         help="poisson: lean (asyncio protocol, a fraction of httpx's CPU per request, so it steals less "
-        "from the server it measures and sends on time) or httpx",
+        "from the server it measures and sends on time), httpx, or wrk (C, Lua-scheduled Poisson sends on "
+        "256 connections: the least client CPU; the first image only, whole seconds)",
     )
     parser.add_argument(
         "--search-p99",

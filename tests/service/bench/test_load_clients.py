@@ -103,12 +103,16 @@ def serve() -> Iterator[TinyServer]:
     ready = threading.Event()
     stop = asyncio.Event()
     writers: list[asyncio.StreamWriter] = []
+    handlers: list[asyncio.Task[None]] = []
 
     async def main() -> None:
         lock = asyncio.Lock()
 
         async def connected(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             writers.append(writer)
+            task = asyncio.current_task()
+            assert task is not None
+            handlers.append(task)
             await server.handle(reader, writer, lock)
 
         tcp = await asyncio.start_server(connected, "127.0.0.1", 0)
@@ -121,6 +125,9 @@ def serve() -> Iterator[TinyServer]:
         for writer in writers:
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
+        for task in handlers:  # answers still queued behind the serial lock when the client went away
+            task.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
         await tcp.wait_closed()
 
     thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
@@ -278,3 +285,29 @@ def test_both_open_loop_clients_send_the_image_and_count_answers(serve: TinyServ
     assert result.status_counts == {"200": result.sent}
     with pytest.raises(ValueError, match="client must be one of"):
         asyncio.run(run_open_loop(serve.url, [IMAGE], rate=1, duration_s=0.1, client="curl"))
+
+
+@pytest.mark.skipif(not wrk_available(), reason="wrk is not installed (scripts/install-system-deps.sh)")
+def test_wrk_open_loop_sends_on_schedule_while_answers_queue(serve: TinyServer) -> None:
+    """A serial server answers 25/s; wrk offers 60/s for 2 s: the requests arrive at the offered rate (not
+    at the answer rate, as a closed loop would send them), none late, and the wait shows in the tail."""
+    serve.delay_s, serve.serial = 0.04, True
+    result = asyncio.run(
+        run_open_loop(serve.url, [IMAGE], rate=60, duration_s=2.0, seed=4, model="m", client="wrk")
+    )
+    arrived = len(serve.arrivals)
+    assert 85 <= arrived <= 160, arrived  # Poisson at 60/s over 2 s: 120 +- 3.5 standard deviations
+    assert result.ok <= 2.0 * 25 + 2 < arrived  # answered at the server's pace
+    assert all(body == (IMAGE.content_type, IMAGE.data) for body in serve.bodies)
+    assert result.send_lag_ms["late_share"] == 0.0
+    assert result.latency_ms["p99"] > 500  # the backlog: the last answers waited for the queue
+    assert result.mean_batch_size == 1.0  # the server's /metrics window was read around the run
+    assert 0 < result.client_cpu_ms_per_request < 5
+
+
+@pytest.mark.skipif(not wrk_available(), reason="wrk is not installed (scripts/install-system-deps.sh)")
+def test_wrk_open_loop_counts_failures_as_infinitely_slow(serve: TinyServer) -> None:
+    serve.fail_every = 10
+    result = asyncio.run(run_open_loop(serve.url, [IMAGE], rate=100, duration_s=1.0, seed=5, client="wrk"))
+    assert result.status_counts["other"] >= 5 and result.latency_ms["p99"] == math.inf
+    assert result.ok == result.status_counts["2xx"] and result.latency_ms["p50"] < 100
