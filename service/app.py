@@ -44,9 +44,9 @@ from service.runtime.self_check import check_isa_environment
 from service.settings import Settings
 from service.streams.manager import StreamManager
 from service.streams.metrics import StreamMetrics
-from service.streams.session import FrameTracker
 from service.v2 import repository_routes as v2_repository
 from service.v2 import routes as v2_models
+from service.video.prediction import TrackPredictor
 from service.video.tracking import Tracker, TrackerConfig
 
 logger = logging.getLogger(__name__)
@@ -66,9 +66,10 @@ async def _freeze_when_loaded(runtime: ModelRuntime) -> None:
     logger.info("garbage collector: %d startup objects frozen out of full collections", frozen)
 
 
-def _stream_tracker(fps: float) -> FrameTracker:
-    """A stream session's tracker, tuned to the frames per second it processes."""
-    return Tracker(TrackerConfig.for_fps(fps))
+def _stream_predictor(fps: float, max_predicted_frames: int) -> TrackPredictor:
+    """A stream session's tracker, tuned to the frames per second it answers, that also answers the
+    frames between detections."""
+    return TrackPredictor(Tracker(TrackerConfig.for_fps(fps)), max_predicted_frames)
 
 
 def create_app(settings: Settings | None = None, *, backend_factory: BackendFactory | None = None) -> FastAPI:
@@ -93,7 +94,7 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     control = ModelControl(runtime, settings)
     capture = SampleCapture(settings, service_metrics.registry)
     stream_manager = StreamManager(
-        settings, runtime, StreamMetrics(service_metrics.registry), tracker_factory=_stream_tracker
+        settings, runtime, StreamMetrics(service_metrics.registry), predictor_factory=_stream_predictor
     )
     service_metrics.track_readiness(lambda: runtime.ready and not lifecycle.draining)
     service_metrics.bound_memory(settings.body_memory_bytes + settings.image_memory_bytes)

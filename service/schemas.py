@@ -52,6 +52,14 @@ class DetectQuery(BaseModel):
         default=None, gt=0, description="video: process at most this many frames; default: video_max_frames"
     )
     track: bool = Field(default=True, description="video: give each detection a track_id (ByteTrack)")
+    detect_every: int = Field(
+        default=1,
+        ge=1,
+        le=100,
+        description="video: run the detector on every K-th processed frame only; the frames in between get "
+        "the tracks advanced by the tracker (source predicted, at most video_predict_max_frames in a row). "
+        "Needs track. Default 1: every processed frame is detected",
+    )
     tiling: Annotated[str, Field(json_schema_extra={"pattern": r"^(off|auto|\d+x\d+)$"})] | None = Field(
         default=None,
         description="tiled inference for large images: off, auto (tiles only an image more than "
@@ -123,6 +131,11 @@ class VideoFrameResult(BaseModel):
     pts: float = Field(description="presentation time in seconds from the video's start")
     width: int
     height: int
+    source: Literal["detected", "predicted"] = Field(
+        default="detected",
+        description="detected: the detector's boxes; predicted: the live tracks advanced to this frame",
+    )
+    frames_since_detection: int = Field(default=0, description="frames answered since the last detected one")
     detections: list[TrackedDetection]
 
 
@@ -138,7 +151,10 @@ class VideoSummary(BaseModel):
     claimed_frames: int | None = Field(description="frame count the header claims (not relied on)")
     claimed_duration_s: float | None = Field(description="duration the header claims (not relied on)")
     frames_read: int = Field(description="frames decoded")
-    frames_processed: int
+    frames_processed: int = Field(description="frames answered (a line each)")
+    frames_detected: int = Field(
+        description="frames the detector ran on (detect_every: the others predicted)"
+    )
     frames_skipped: int = Field(description="decoded frames not processed (fps)")
     tracks: int = Field(description="track ids given")
     stopped_by: str | None = Field(

@@ -226,6 +226,8 @@ class Settings(BaseSettings):
     video_frames_in_flight: int = Field(default=4, gt=0, le=64)
     # Tracking (ByteTrack): a track unmatched for longer than this much video time ends.
     video_track_lost_s: float = Field(default=1.0, gt=0)
+    # With detect_every: frames in a row answered with predicted boxes after a detection (then none).
+    video_predict_max_frames: int = Field(default=30, ge=0)
 
     # Sample capture (docs/capture.md): off while capture_dir is unset, and then no image is ever stored.
     # Set, the images the model is unsure about (its top score inside capture_score_band, or fewer than
@@ -287,6 +289,21 @@ class Settings(BaseSettings):
     stream_reconnect_attempts: int = Field(default=10, ge=0)
     # A frame that could not start inference within this time of its capture is dropped (and counted).
     stream_max_lag_ms: float = Field(default=1000.0, gt=0)
+    # The detection budget of stream frames (docs/streams.md, "Detection budget"): this share of the
+    # model's measured throughput (images per second at full batches), or a fixed rate of frames per
+    # second for all sessions of a model (0: measured). A session with live tracks or motion is detected
+    # at least every stream_detect_every_max_frames frames, an idle one at least every
+    # stream_idle_detect_s, whatever the budget; the other frames are answered by the tracker, with
+    # boxes for at most stream_predict_max_frames frames in a row. A motion score (share of a 1/8-scale
+    # grey image that changed) at or above stream_motion_threshold makes a session active. Decisions are
+    # taken in rounds stream_schedule_interval_ms apart.
+    stream_detect_share: float = Field(default=0.8, gt=0, le=1)
+    stream_detect_budget_fps: float = Field(default=0.0, ge=0)
+    stream_detect_every_max_frames: int = Field(default=5, ge=1)
+    stream_idle_detect_s: float = Field(default=1.0, gt=0)
+    stream_predict_max_frames: int = Field(default=15, ge=0)
+    stream_motion_threshold: float = Field(default=0.02, gt=0, le=1)
+    stream_schedule_interval_ms: float = Field(default=10.0, gt=0, le=1000)
     # Server-Sent Events clients per session, and events buffered for each (a slower client loses the
     # oldest; the count is in its stream's metrics).
     stream_max_subscribers: int = Field(default=8, gt=0)

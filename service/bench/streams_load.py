@@ -41,6 +41,9 @@ class StreamsResult:
     processed_fps: list[float]  # per stream
     processed_fps_mean: float
     processed_fps_min: float
+    # Of those, frames the detector ran on (the others answered by the tracker: docs/streams.md).
+    detected_fps_mean: float
+    detected_fps_min: float
     input_fps_mean: float
     dropped: list[int]  # per stream, during the window
     lag_ms_p50: float | None
@@ -161,6 +164,7 @@ def _measure(
     elapsed = t1 - t0
     asked = np.array([ms for code, ms in interactive if code == 200]) if interactive else np.array([])
     fps = [(after[i]["frames_processed"] - before[i]["frames_processed"]) / elapsed for i in ids]
+    detected = [(after[i]["frames_detected"] - before[i]["frames_detected"]) / elapsed for i in ids]
     dropped = [int(after[i]["dropped_frames"] - before[i]["dropped_frames"]) for i in ids]
     values = np.array(lags) if lags else None
     return StreamsResult(
@@ -171,6 +175,8 @@ def _measure(
         processed_fps=[round(f, 2) for f in fps],
         processed_fps_mean=round(float(np.mean(fps)), 2),
         processed_fps_min=round(float(np.min(fps)), 2),
+        detected_fps_mean=round(float(np.mean(detected)), 2),
+        detected_fps_min=round(float(np.min(detected)), 2),
         input_fps_mean=round(float(np.mean([after[i]["input_fps"] for i in ids])), 2),
         dropped=dropped,
         lag_ms_p50=None if values is None else round(float(np.percentile(values, 50)), 1),
@@ -236,6 +242,7 @@ def _row(r: StreamsResult) -> str:
     return (
         f"streams={r.streams:2d}  processed fps/stream mean {r.processed_fps_mean:5.2f}"
         f" min {r.processed_fps_min:5.2f}"
+        f"  detected mean {r.detected_fps_mean:5.2f} min {r.detected_fps_min:5.2f}"
         f"  dropped {sum(r.dropped):5d}  lag p50 {r.lag_ms_p50} ms p99 {r.lag_ms_p99} ms"
         f"  /detect p50 {r.interactive_ms_p50} ms p99 {r.interactive_ms_p99} ms ({r.interactive_ok} ok)"
         f"  server CPU {r.server_cpu_percent:.0f}% RSS {r.server_rss_mb:.0f} MB  load {r.load_average[0]:.2f}"

@@ -74,7 +74,8 @@
     const lag = info.lag_ms_p50 === null ? "-" : `${info.lag_ms_p50} / ${info.lag_ms_p99} ms`;
     const error = info.last_error ? `; last error: ${info.last_error}` : "";
     return (
-      `${info.url}: ${info.state}, ${info.processed_fps} of ${info.input_fps} fps processed, ` +
+      `${info.url}: ${info.state}, ${info.processed_fps} of ${info.input_fps} fps answered ` +
+      `(${info.detected_fps} detected, ${info.predicted_fps} predicted), ` +
       `${info.dropped_frames} dropped, lag p50 / p99 ${lag}, ${info.reconnects} reconnects${error}`
     );
   }
@@ -287,6 +288,8 @@
     ctx.clearRect(0, 0, overlay.width, overlay.height);
     ctx.lineWidth = 2;
     ctx.font = "12px system-ui, sans-serif";
+    // Boxes of a frame the detector did not see (the tracks advanced to it) are drawn dashed.
+    ctx.setLineDash(shown.source === "predicted" ? [6, 4] : []);
     for (const d of shown.detections) {
       const [x1, y1, x2, y2] = corners(d.box).map((v) => v * scale);
       const color = `hsl(${(d.class_id * 67) % 360}, 85%, 45%)`;

@@ -17,16 +17,19 @@ from pathlib import Path
 
 from pydantic import TypeAdapter, ValidationError
 
-from service.errors import BadRequest, NotFound, QueueFull
+from service.errors import BadRequest, NotFound, QueueFull, ServiceError
 from service.imaging.postprocess import parse_class_filter
 from service.pipeline.entry import DetectionPipeline
 from service.runtime.model_runtime import ModelRuntime
 from service.settings import Settings
 from service.streams.guard import SourceGuard, parse_address_classes
 from service.streams.metrics import StreamMetrics
+from service.streams.predictor import PredictorFactory
 from service.streams.reader import ReaderConfig
+from service.streams.schedule import SchedulePolicy
+from service.streams.scheduler import BudgetConfig, DetectionScheduler
 from service.streams.schemas import DeclaredStream, StreamRequest
-from service.streams.session import SessionLimits, StreamSession, TrackerFactory
+from service.streams.session import SessionLimits, StreamSession
 from service.streams.sources import PROTOCOL_WHITELIST, StreamsOff, check_source, redact
 
 logger = logging.getLogger(__name__)
@@ -49,7 +52,7 @@ class StreamManager:
         settings: Settings,
         runtime: ModelRuntime,
         metrics: StreamMetrics,
-        tracker_factory: TrackerFactory,
+        predictor_factory: PredictorFactory,
     ) -> None:
         self.settings = settings
         self.prefixes = settings.stream_source_prefixes
@@ -61,8 +64,19 @@ class StreamManager:
         )
         self._runtime = runtime
         self._metrics = metrics
-        self._tracker_factory = tracker_factory
+        self._predictor_factory = predictor_factory
         self._sessions: dict[str, StreamSession] = {}
+        policy = SchedulePolicy(
+            settings.stream_detect_every_max_frames,
+            settings.stream_idle_detect_s,
+            settings.stream_motion_threshold,
+        )
+        budget = BudgetConfig(
+            settings.stream_detect_share,
+            settings.stream_detect_budget_fps,
+            settings.stream_schedule_interval_ms / 1000,
+        )
+        self.scheduler = DetectionScheduler(policy, budget, self._throughput, spare=self._spare)
         self._pipeline: DetectionPipeline | None = None
         self._stopping = False
         # Read when the app is created, so a broken file stops the server before it serves.
@@ -146,7 +160,8 @@ class StreamManager:
             pipeline=self._pipeline,
             runtime=self._runtime,
             metrics=self._metrics,
-            tracker=self._tracker_factory(fps),
+            predictor=self._predictor_factory(fps, settings.stream_predict_max_frames),
+            scheduler=self.scheduler,
             limits=limits,
             declared=declared,
         )
@@ -156,6 +171,22 @@ class StreamManager:
             "stream %s opened: %s (model %s, %s fps)", session_id, redact(request.url), model.name, fps
         )
         return session
+
+    def _throughput(self, model_name: str) -> float | None:
+        """The model's images per second at full batches (None: not known yet, or not loaded)."""
+        try:
+            batcher = self._runtime.get(model_name, None).batcher
+        except ServiceError:  # unloaded meanwhile
+            return None
+        return None if batcher is None else batcher.throughput()
+
+    def _spare(self, model_name: str) -> int:
+        """A batch when the model's detector is idle (nothing running or queued), else 0."""
+        try:
+            batcher = self._runtime.get(model_name, None).batcher
+        except ServiceError:
+            return 0
+        return 0 if batcher is None or batcher.busy else batcher.max_batch_size
 
     def all(self) -> list[StreamSession]:
         self.require_enabled()

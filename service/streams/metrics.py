@@ -1,13 +1,15 @@
 """Prometheus metrics of stream sessions, on the app's registry (`service.runtime.metrics.ServiceMetrics`).
 
 Per stream (label ``stream``, the session id; a deleted session's series are removed, so the label set
-stays bounded by ``max_streams``): frames read from the source and processed, frames dropped by reason
+stays bounded by ``max_streams``): frames read from the source and answered (processed), of those the
+detected ones and the predicted ones (answered by the tracker), frames dropped by reason
 (``stale``: a newer frame replaced it before it was taken; ``shed``: the batcher refused it (queue full,
 or it could not finish within the lag bound behind the queue) or evicted it for an interactive request;
 ``expired``: it could not start inference within the lag bound; ``unavailable``: the model was not
-serving; ``corrupt``: it did not decode), the lag from capture to event (histogram), reconnects, input
-and processed frames per second, active tracks, and Server-Sent Events a slow client missed. Sessions
-by state.
+serving; ``corrupt``: it did not decode), the lag from capture to event (histogram), reconnects, input,
+answered, detected, predicted and dropped frames per second, the longest run of predicted frames over
+the last 256 answers, the latest motion score, active tracks, and Server-Sent Events a slow client
+missed. Sessions by state.
 """
 
 from __future__ import annotations
@@ -32,7 +34,16 @@ class StreamMetrics:
         )
         self.processed_frames = Counter(
             "detect_stream_processed_frames",
-            "Stream frames detected and sent as events",
+            "Stream frames answered with an event (detected or predicted)",
+            ["stream"],
+            registry=r,
+        )
+        self.detected_frames = Counter(
+            "detect_stream_detected_frames", "Stream frames the detector ran on", ["stream"], registry=r
+        )
+        self.predicted_frames = Counter(
+            "detect_stream_predicted_frames",
+            "Stream frames answered by the tracker (boxes advanced from the last detection)",
             ["stream"],
             registry=r,
         )
@@ -56,7 +67,28 @@ class StreamMetrics:
             "detect_stream_input_fps", "Frames per second decoded from the source", ["stream"], registry=r
         )
         self.processed_fps = Gauge(
-            "detect_stream_processed_fps", "Frames per second detected", ["stream"], registry=r
+            "detect_stream_processed_fps", "Frames per second answered", ["stream"], registry=r
+        )
+        self.detected_fps = Gauge(
+            "detect_stream_detected_fps", "Frames per second detected", ["stream"], registry=r
+        )
+        self.predicted_fps = Gauge(
+            "detect_stream_predicted_fps", "Frames per second answered by the tracker", ["stream"], registry=r
+        )
+        self.dropped_fps = Gauge(
+            "detect_stream_dropped_fps", "Frames per second dropped (any reason)", ["stream"], registry=r
+        )
+        self.frames_since_detection = Gauge(
+            "detect_stream_frames_since_detection",
+            "Longest run of predicted frames in the stream's last 256 answers",
+            ["stream"],
+            registry=r,
+        )
+        self.motion = Gauge(
+            "detect_stream_motion_score",
+            "Share of the stream's latest frame that changed (1/8-scale grey image)",
+            ["stream"],
+            registry=r,
         )
         self.active_tracks = Gauge(
             "detect_stream_active_tracks",
@@ -84,10 +116,17 @@ class StreamMetrics:
         for family in (
             self.input_frames,
             self.processed_frames,
+            self.detected_frames,
+            self.predicted_frames,
             self.lag,
             self.reconnects,
             self.input_fps,
             self.processed_fps,
+            self.detected_fps,
+            self.predicted_fps,
+            self.dropped_fps,
+            self.frames_since_detection,
+            self.motion,
             self.active_tracks,
             self.events_missed,
         ):

@@ -21,6 +21,7 @@ its own speed (by its timestamps), a live one as fast as it arrives.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import threading
@@ -39,6 +40,7 @@ from service.imaging.decoding import decode_planned, plan_decode
 from service.imaging.headers import ImageHeaderError, read_header
 from service.streams.fetch import Opener
 from service.streams.guard import SourceGuard, SourceRefused
+from service.streams.motion import Glance
 from service.streams.rtsp_relay import RtspRelay
 from service.streams.sources import redact, redact_in
 from service.streams.state import SessionState
@@ -67,6 +69,7 @@ class Frame:
     pts: float | None  # seconds, the source's timestamp (None: the source has none)
     captured_at: float  # time.monotonic() when it was read
     captured_wall: float  # time.time() at the same moment
+    glance: Glance | None = None  # its motion score and size, when the slot measures them
 
     @property
     def pixels(self) -> int:
@@ -150,15 +153,22 @@ class NewestFrame:
     """A slot of one frame, written by the reader thread and read by the session's task.
 
     ``on_put`` is called (in the reader thread) after each put; the session uses it to wake its task.
+    ``glance``, if given, measures each frame's motion score (`service.streams.motion`) in the reader
+    thread before it is put, from a 1/8-scale grey image, never a full decode.
     """
 
-    def __init__(self, on_put: Callable[[], None]) -> None:
+    def __init__(
+        self, on_put: Callable[[], None], glance: Callable[[av.VideoFrame | bytes, str], Glance] | None = None
+    ) -> None:
         self._lock = threading.Lock()
         self._frame: Frame | None = None
         self._on_put = on_put
+        self._glance = glance
         self.dropped = 0  # frames replaced before anyone took them
 
     def put(self, frame: Frame) -> None:
+        if self._glance is not None:
+            frame = dataclasses.replace(frame, glance=self._glance(frame.source, frame.codec))
         with self._lock:
             if self._frame is not None:
                 self.dropped += 1

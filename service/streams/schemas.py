@@ -43,11 +43,21 @@ class StreamInfo(BaseModel):
     last_error: str | None = Field(description="why the source failed last (reconnecting, error)")
     fps: float = Field(description="frames per second the session processes at most")
     input_fps: float = Field(description="frames per second decoded from the source (over the last 2 s)")
-    processed_fps: float = Field(description="frames per second detected (over the last 2 s)")
+    processed_fps: float = Field(description="frames per second answered, detected or predicted (last 2 s)")
+    detected_fps: float = Field(description="frames per second the detector ran on (over the last 2 s)")
+    predicted_fps: float = Field(description="frames per second answered by the tracker (over the last 2 s)")
+    dropped_fps: float = Field(description="frames per second dropped, any reason (over the last 2 s)")
     frames_read: int
-    frames_processed: int
+    frames_processed: int = Field(description="frames answered with an event (detected + predicted)")
+    frames_detected: int
+    frames_predicted: int
     frames_skipped: int = Field(description="decoded but over the session's fps (never converted)")
-    dropped_frames: int = Field(description="converted but dropped before detection (stale, shed, expired)")
+    dropped_frames: int = Field(
+        description="frames replaced before taken (stale), or whose detection was dropped (shed, expired, "
+        "unavailable, corrupt: those are still answered by the tracker)"
+    )
+    frames_since_detection_max: int = Field(description="longest run of predicted frames, last 256 answers")
+    motion: float = Field(description="motion score of the latest frame: share of it that changed, 0..1")
     lag_ms_p50: float | None = Field(description="capture to event, over the last frames")
     lag_ms_p99: float | None
     reconnects: int

@@ -1,15 +1,25 @@
-"""One camera or stream session: a reader thread, a task that detects its newest frame, tracks, events.
+"""One camera or stream session: a reader thread, a task that answers every frame, tracks, events.
 
-The reader (`service.streams.reader`) keeps only the newest frame. The session's task takes it, sends it
+The reader (`service.streams.reader`) keeps only the newest frame, with its motion score
+(`service.streams.motion`). The session's task takes each frame and asks the detection scheduler
+(`service.streams.scheduler`) whether it goes to the detector. A detected frame is converted, sent
 through the one pipeline entry at stream priority with the lag bound as its deadline (a frame that
-cannot start inference in time is dropped and counted, so lag stays bounded whatever the load), gives
-its detections to the session's tracker, publishes one event per processed frame to the Server-Sent
-Events clients, and keeps that frame and its detections for the snapshot. One frame at a time per
-session: a session never has more than one frame in the batcher.
+cannot start inference in time is dropped and counted, so lag stays bounded whatever the load), and
+its detections go to the session's tracker. Every other frame is answered by the tracker: its live
+tracks advanced to the frame's time (`service.video.prediction`), marked ``predicted``. Frames that
+arrive while the session's detection runs wait (metadata only, at most `MAX_WAITING`) and are answered
+after it, in order. So every frame taken gets one event, published to the Server-Sent Events clients;
+the last detected frame and its detections are kept for the snapshot. One frame at a time per session
+is in the batcher.
+
+The tracker's clock is the frames' capture time (monotonic, in frames at the session's fps), never the
+source's timestamps, so a camera whose timestamps jump or stall cannot move it backwards. A frame whose
+size differs from the previous one (a camera that changed resolution) ends every track and is detected.
 
 Memory: a session holds the reader's newest frame (a JPEG, or one decoded frame of a source of at most
-4 x ``stream_max_pixels`` pixels), the RGB frame being detected and the last processed one for the
-snapshot (each at most ``stream_max_pixels`` pixels), plus the decoder's own buffers (docs/streams.md).
+4 x ``stream_max_pixels`` pixels), the RGB frame being detected and the last detected one for the
+snapshot (each at most ``stream_max_pixels`` pixels), the decoder's own buffers, and at most
+`MAX_WAITING` waiting frames' metadata (docs/streams.md).
 """
 
 from __future__ import annotations
@@ -17,10 +27,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Protocol
 
 import av
 import numpy as np
@@ -30,36 +40,23 @@ from service.imaging.postprocess import DetectParams, KeptDetections, parse_clas
 from service.imaging.render import render_detections
 from service.pipeline.entry import DetectionPipeline
 from service.runtime.model_runtime import ModelRuntime
+from service.streams.answers import AnswerStats, frame_event
 from service.streams.events import EventHub
 from service.streams.metrics import StreamMetrics
-from service.streams.reader import (
-    Frame,
-    FrameReader,
-    NewestFrame,
-    RateMeter,
-    ReaderConfig,
-    SourceTooLarge,
-)
+from service.streams.motion import MotionMeter
+from service.streams.predictor import FramePredictor
+from service.streams.reader import Frame, FrameReader, NewestFrame, ReaderConfig, SourceTooLarge, scaled_size
+from service.streams.schedule import Candidate
+from service.streams.scheduler import DetectionScheduler
 from service.streams.schemas import StreamInfo, StreamRequest
 from service.streams.sources import redact
 from service.streams.state import SessionState, State
 
 logger = logging.getLogger(__name__)
 
-# Lag percentiles are reported over this many latest frames.
-_LAG_WINDOW = 256
-
-
-class FrameTracker(Protocol):
-    """Track ids for one session's successive frames (`service.video.tracking.Tracker`)."""
-
-    def update(self, boxes: np.ndarray, scores: np.ndarray) -> np.ndarray:
-        """``boxes`` float [N, 4], ``scores`` float [N] -> track ids int [N] (-1: no id yet)."""
-        ...
-
-
-class TrackerFactory(Protocol):
-    def __call__(self, fps: float) -> FrameTracker: ...
+# Frames answered after the running detection, at most (older ones are dropped as stale): a detection
+# lasts at most the lag bound plus a batch, ~1 s at the defaults, 30 frames at 30 fps.
+MAX_WAITING = 64
 
 
 @dataclass(frozen=True)
@@ -72,7 +69,7 @@ class SessionLimits:
 
 
 @dataclass
-class _Processed:
+class _Detected:
     frame: Frame
     image: np.ndarray  # RGB uint8 [H, W, 3]
     detections: KeptDetections
@@ -92,7 +89,8 @@ class StreamSession:
         pipeline: DetectionPipeline,
         runtime: ModelRuntime,
         metrics: StreamMetrics,
-        tracker: FrameTracker,
+        predictor: FramePredictor,
+        scheduler: DetectionScheduler,
         limits: SessionLimits,
         declared: bool = False,
     ) -> None:
@@ -103,25 +101,30 @@ class StreamSession:
         self._pipeline = pipeline
         self._runtime = runtime
         self._metrics = metrics
-        self._tracker = tracker
+        self._predictor = predictor
+        self._scheduler = scheduler
         self._limits = limits
         self.state = SessionState(on_change=metrics.state_changed)
         metrics.state_changed(None, "starting")
         self._wake = asyncio.Event()
         self._loop = asyncio.get_running_loop()
-        self._slot = NewestFrame(self._frame_arrived)
+        self._slot = NewestFrame(self._frame_arrived, MotionMeter().glance)
         self._reader = FrameReader(reader_config, self._slot, self.state)
         self.events = EventHub(
             limits.max_subscribers, limits.event_buffer, metrics.events_missed.labels(session_id).inc
         )
         self._task: asyncio.Task[None] | None = None
-        self._latest: _Processed | None = None
-        self._lags: deque[float] = deque(maxlen=_LAG_WINDOW)
-        self.frames_processed = 0
-        self.dropped = {"shed": 0, "expired": 0, "unavailable": 0, "corrupt": 0}
+        self._detecting: asyncio.Task[None] | None = None
+        self._waiting: deque[tuple[Frame, float]] = deque()
+        self._latest: _Detected | None = None
+        self._last_detected_at: float | None = None  # capture time of the last detected frame
+        self._size: tuple[int, int] | None = None  # the source's frame size, as last seen
+        self._fps = reader_config.fps
+        self._started = time.monotonic()
+        self.stats = AnswerStats()
+        self.dropped = {"stale": 0, "shed": 0, "expired": 0, "unavailable": 0, "corrupt": 0}
         self._max_pixels = reader_config.max_pixels
         self._reported = {"read": 0, "stale": 0, "reconnects": 0}
-        self._processed_rate = RateMeter()
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -133,10 +136,11 @@ class StreamSession:
     async def stop(self, timeout_s: float) -> None:
         """Stop the task and the reader thread (which gives up its read within the read timeout)."""
         self.state.stop()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        for task in (self._task, self._detecting):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         stopped = await asyncio.to_thread(self._reader.stop, timeout_s)
         if not stopped:
             logger.warning(
@@ -172,41 +176,115 @@ class StreamSession:
             self._wake.clear()
             frame = self._slot.take()
             if frame is not None:
-                await self._process(frame)
+                await self._take(frame)
             self._sync_counters()
 
-    async def _process(self, frame: Frame) -> None:
-        try:  # decoded (intra-only sources) and converted only now that it is processed
+    async def _take(self, frame: Frame) -> None:
+        """Answer ``frame``: detect it, or predict it now, or after the detection that is running."""
+        glance = frame.glance
+        if glance is not None and glance.width:
+            self.stats.motion = glance.motion
+            size = (glance.width, glance.height)
+            if self._size is not None and size != self._size:  # the camera changed resolution
+                self._predictor.reset()
+                self._last_detected_at = None
+            self._size = size
+        position = (frame.captured_at - self._started) * self._fps
+        if self._detecting is not None:
+            if len(self._waiting) >= MAX_WAITING:
+                self._waiting.popleft()
+                self._drop("stale")
+            self._waiting.append((frame, position))
+            return
+        if await self._scheduler.decide(self.model_name, self._candidate(frame, position)):
+            self._detecting = self._loop.create_task(self._detect_then_answer(frame, position))
+            self._detecting.add_done_callback(self._on_task_done)
+        else:
+            self._answer_predicted(frame, position)
+
+    def _candidate(self, frame: Frame, position: float) -> Candidate:
+        predictor, last = self._predictor, self._last_detected_at
+        return Candidate(
+            self.id,
+            None if last is None else predictor.frames_since_detection,
+            math.inf if last is None else max(0.0, time.monotonic() - last),
+            predictor.live_tracks,
+            predictor.new_tracks,
+            0.0 if frame.glance is None else frame.glance.motion,
+            predictor.drift(position),
+        )
+
+    async def _detect_then_answer(self, frame: Frame, position: float) -> None:
+        try:
+            if not await self._detected(frame, position):
+                self._answer_predicted(frame, position)  # its detection was dropped: still an answer
+        finally:
+            waiting, self._waiting = self._waiting, deque()
+            for later, at in waiting:
+                self._answer_predicted(later, at)
+            self._detecting = None
+            self._wake.set()  # a frame that came meanwhile may be waiting in the slot
+
+    async def _detected(self, frame: Frame, position: float) -> bool:
+        """Convert, detect and track ``frame``, and publish its event; False when it was dropped."""
+        try:  # decoded (intra-only sources) and converted only now that it is detected
             scheduler = self._pipeline.resources.scheduler
             image = await scheduler.run(frame.pixels, frame.to_rgb, self._max_pixels, may_inline=False)
         except SourceTooLarge as exc:  # an MJPEG camera's frames: known only once one is decoded
             self.state.fail(str(exc))
             await asyncio.to_thread(self._reader.stop, 0)
-            return
+            return True  # nothing more is answered
         except (av.FFmpegError, ValueError) as exc:
             self._drop("corrupt")
             logger.debug("stream %s: frame %d does not decode: %s", self.id, frame.number, exc)
-            return
+            return False
         try:
             detections = await self._detect(frame, image)
         except (QueueFull, DeadlineExceeded) as exc:
             late = time.monotonic() > frame.captured_at + self._limits.max_lag_s
             self._drop("expired" if late or isinstance(exc, DeadlineExceeded) else "shed")
-            return
+            return False
         except ServiceError as exc:  # model not serving (loading, swapped out, draining): a dropped frame
             self._drop("unavailable")
             logger.debug("stream %s: frame dropped: %s", self.id, exc.message)
-            return
-        track_ids = np.asarray(self._tracker.update(detections.boxes, detections.scores), dtype=np.int64)
-        self._latest = _Processed(frame, image, detections, track_ids)
-        lag = time.monotonic() - frame.captured_at
-        self._lags.append(lag)
-        self._metrics.lag.labels(self.id).observe(lag)
-        self.frames_processed += 1
-        self._metrics.processed_frames.labels(self.id).inc()
+            return False
+        track_ids = self._predictor.detected(position, detections)
+        self._latest = _Detected(frame, image, detections, track_ids)
+        self._last_detected_at = frame.captured_at
+        size = (image.shape[1], image.shape[0])
+        self._publish(frame, size, detections, track_ids, 0)
         self._metrics.active_tracks.labels(self.id).set(int(np.count_nonzero(track_ids >= 0)))
-        self._processed_rate.tick(time.monotonic())
-        self.events.publish(self._event(frame, image, detections, track_ids, lag))
+        glance = frame.glance
+        if glance is not None and glance.width and (glance.width, glance.height) != self._size:
+            self._predictor.reset()  # the camera changed resolution while this frame was detected
+            self._last_detected_at = None
+        return True
+
+    def _answer_predicted(self, frame: Frame, position: float) -> None:
+        carried = self._predictor.predicted(position)
+        if self._size is not None:
+            size = scaled_size(*self._size, self._max_pixels)
+        elif self._latest is not None:
+            size = (self._latest.image.shape[1], self._latest.image.shape[0])
+        else:
+            size = (0, 0)
+        since = max(1, carried.frames_since_detection)
+        self._publish(frame, size, carried.as_detections(), carried.track_ids, since)
+
+    def _publish(
+        self, frame: Frame, size: tuple[int, int], found: KeptDetections, ids: np.ndarray, since: int
+    ) -> None:
+        now = time.monotonic()
+        lag = now - frame.captured_at
+        self.stats.count(now, lag, since)
+        metrics, stream = self._metrics, self.id
+        metrics.lag.labels(stream).observe(lag)
+        metrics.processed_frames.labels(stream).inc()
+        (metrics.predicted_frames if since else metrics.detected_frames).labels(stream).inc()
+        if not self.events.subscribers:
+            return
+        labels = self._runtime.get(self.model_name, None).manifest.labels
+        self.events.publish(frame_event(stream, frame, size, found, ids, labels, lag, since))
 
     async def _detect(self, frame: Frame, image: np.ndarray) -> KeptDetections:
         model = self._runtime.get(self.model_name, None)
@@ -228,17 +306,24 @@ class StreamSession:
 
     def _sync_counters(self) -> None:
         """Carry the reader thread's counts into the metrics."""
-        reader, reported, stream = self._reader, self._reported, self.id
+        reader, reported, stream, metrics = self._reader, self._reported, self.id, self._metrics
         for key, value, counter in (
-            ("read", reader.frames_read, self._metrics.input_frames.labels(stream)),
-            ("stale", self._slot.dropped, self._metrics.dropped_frames.labels(stream, "stale")),
-            ("reconnects", reader.reconnects, self._metrics.reconnects.labels(stream)),
+            ("read", reader.frames_read, metrics.input_frames.labels(stream)),
+            ("stale", self._slot.dropped, metrics.dropped_frames.labels(stream, "stale")),
+            ("reconnects", reader.reconnects, metrics.reconnects.labels(stream)),
         ):
             if value > reported[key]:
                 counter.inc(value - reported[key])
                 reported[key] = value
-        self._metrics.input_fps.labels(stream).set(self.input_fps)
-        self._metrics.processed_fps.labels(stream).set(self.processed_fps)
+        now = time.monotonic()
+        self.stats.dropped_rate.observe(now, self.dropped_frames)
+        metrics.input_fps.labels(stream).set(self.input_fps)
+        metrics.processed_fps.labels(stream).set(self.stats.answered_fps(now))
+        metrics.detected_fps.labels(stream).set(self.stats.detected_rate.rate(now))
+        metrics.predicted_fps.labels(stream).set(self.stats.predicted_rate.rate(now))
+        metrics.dropped_fps.labels(stream).set(self.stats.dropped_rate.rate())
+        metrics.frames_since_detection.labels(stream).set(self.stats.since_max)
+        metrics.motion.labels(stream).set(self.stats.motion)
 
     @property
     def input_fps(self) -> float:
@@ -246,44 +331,13 @@ class StreamSession:
         return self._reader.input_rate.rate(time.monotonic())
 
     @property
-    def processed_fps(self) -> float:
-        """Frames processed per second, over the last 2 s."""
-        return self._processed_rate.rate(time.monotonic())
-
-    def _event(
-        self,
-        frame: Frame,
-        image: np.ndarray,
-        detections: KeptDetections,
-        track_ids: np.ndarray,
-        lag: float,
-    ) -> dict[str, object]:
-        labels = self._runtime.get(self.model_name, None).manifest.labels
-        height, width = image.shape[:2]
-        return {
-            "stream": self.id,
-            "frame": frame.number,
-            "pts": frame.pts,
-            "captured_at": round(frame.captured_wall, 3),
-            "lag_ms": round(lag * 1000, 1),
-            "width": width,
-            "height": height,
-            "detections": [
-                {
-                    "track_id": int(track_ids[i]) if track_ids[i] >= 0 else None,
-                    "class_id": int(detections.classes[i]),
-                    "label": labels[int(detections.classes[i])].name,
-                    "score": round(float(detections.scores[i]), 4),
-                    "box": [round(float(v), 1) for v in detections.boxes[i]],
-                }
-                for i in range(len(detections))
-            ],
-        }
+    def dropped_frames(self) -> int:
+        return self._slot.dropped + sum(self.dropped.values())
 
     # --------------------------------------------------------------- reports
 
     def snapshot_jpeg(self) -> bytes | None:
-        """The last processed frame with its boxes and track ids drawn (worker thread); None before one."""
+        """The last detected frame with its boxes and track ids drawn (worker thread); None before one."""
         latest = self._latest
         if latest is None:
             return None
@@ -296,11 +350,10 @@ class StreamSession:
         return self.state.value
 
     def info(self) -> StreamInfo:
-        lags = sorted(self._lags)
-        size = None if self._latest is None else self._latest.image.shape[1::-1]
-        reader = self._reader
-        stale = self._slot.dropped
+        stats, reader, now = self.stats, self._reader, time.monotonic()
+        lags = sorted(stats.lags)
         latest = self._latest
+        size = None if latest is None else latest.image.shape[1::-1]
         return StreamInfo(
             id=self.id,
             url=redact(self.request.url),
@@ -308,13 +361,20 @@ class StreamSession:
             state=self.state.value,
             state_since=self.state.since,
             last_error=self.state.last_error,
-            fps=self._reader.config.fps,
+            fps=reader.config.fps,
             input_fps=round(self.input_fps, 2),
-            processed_fps=round(self.processed_fps, 2),
+            processed_fps=round(stats.answered_fps(now), 2),
+            detected_fps=round(stats.detected_rate.rate(now), 2),
+            predicted_fps=round(stats.predicted_rate.rate(now), 2),
+            dropped_fps=round(stats.dropped_rate.rate(), 2),
             frames_read=reader.frames_read,
-            frames_processed=self.frames_processed,
+            frames_processed=stats.answered,
+            frames_detected=stats.detected,
+            frames_predicted=stats.predicted,
             frames_skipped=reader.frames_skipped,
-            dropped_frames=stale + sum(self.dropped.values()),
+            dropped_frames=self.dropped_frames,
+            frames_since_detection_max=stats.since_max,
+            motion=round(stats.motion, 4),
             lag_ms_p50=_percentile_ms(lags, 0.5),
             lag_ms_p99=_percentile_ms(lags, 0.99),
             reconnects=reader.reconnects,

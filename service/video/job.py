@@ -27,7 +27,7 @@ import numpy as np
 from contract.manifest import Label
 from service.errors import BadRequest, ServiceError
 from service.imaging.masks import PastedMask, paste_mask
-from service.imaging.postprocess import DetectParams, to_schema
+from service.imaging.postprocess import DetectParams, KeptDetections, to_schema
 from service.imaging.render import draw_detections
 from service.pipeline.detect import ImageOutcome
 from service.pipeline.entry import PipelineRequest
@@ -36,6 +36,7 @@ from service.schemas import TrackedDetection, VideoFrameResult, VideoSummary
 from service.settings import Settings
 from service.video.decoding import DECODER_BYTES_PER_PIXEL, Frame, VideoLimits, VideoReader
 from service.video.encoding import ENCODER_BYTES_PER_PIXEL, Mp4Writer
+from service.video.prediction import TrackPredictor
 from service.video.tracking import Tracker, TrackerConfig
 
 VideoFormat = Literal["ndjson", "mp4"]
@@ -54,6 +55,7 @@ class VideoConfig:
     max_frames: int
     frames_in_flight: int
     track_lost_s: float
+    predict_max_frames: int = 30
 
     @classmethod
     def from_settings(cls, settings: Settings) -> VideoConfig:
@@ -61,7 +63,11 @@ class VideoConfig:
             settings.video_max_pixels, settings.video_max_read_frames, settings.video_max_duration_s
         )
         return cls(
-            limits, settings.video_max_frames, settings.video_frames_in_flight, settings.video_track_lost_s
+            limits,
+            settings.video_max_frames,
+            settings.video_frames_in_flight,
+            settings.video_track_lost_s,
+            settings.video_predict_max_frames,
         )
 
 
@@ -74,6 +80,32 @@ class VideoOptions:
     fps: float | None = None
     max_frames: int | None = None
     track: bool = True
+    detect_every: int = 1  # the detector runs on every K-th processed frame; the tracker fills the rest
+
+    def __post_init__(self) -> None:
+        if self.detect_every > 1 and not self.track:
+            raise BadRequest(
+                "detect_every needs track: the frames in between are answered by the tracker",
+                field="detect_every",
+            )
+
+
+@dataclass(frozen=True)
+class FrameAnswer:
+    """One processed frame's answer: the detector's boxes, or the tracks advanced to it."""
+
+    frame: Frame
+    detections: KeptDetections
+    track_ids: np.ndarray  # int64 [N], -1: no id
+    width: int
+    height: int
+    masks: np.ndarray | None = None  # float32 [N, Mh, Mw] (mask models, detected frames)
+    image: np.ndarray | None = None  # RGB, kept to draw (mp4)
+    frames_since_detection: int = 0
+
+    @property
+    def source(self) -> Literal["detected", "predicted"]:
+        return "predicted" if self.frames_since_detection else "detected"
 
 
 def working_set(pixels: int, frames_in_flight: int, fmt: VideoFormat) -> int:
@@ -104,19 +136,18 @@ def _take(video: VideoReader, frames: Iterator[Frame], count: int) -> Group:
     return group, None
 
 
-def _draw(
-    outcomes: list[ImageOutcome], ids: list[np.ndarray], labels: tuple[Label, ...], mp4: Mp4Writer
-) -> bytes:
-    for outcome, track_ids in zip(outcomes, ids, strict=True):
-        assert outcome.image is not None, "frames are kept to draw on"
-        found = outcome.detections
+def _draw(answers: list[FrameAnswer], labels: tuple[Label, ...], mp4: Mp4Writer) -> bytes:
+    for answer in answers:
+        assert answer.image is not None, "frames are kept to draw on"
+        found = answer.detections
         pasted: Iterator[PastedMask] | None = None
-        if outcome.masks is not None:  # pasted lazily, one at a time, as they are drawn
+        if answer.masks is not None:  # pasted lazily, one at a time, as they are drawn
             pasted = (
-                paste_mask(mask, box, outcome.height, outcome.width)
-                for mask, box in zip(outcome.masks, found.boxes, strict=True)
+                paste_mask(mask, box, answer.height, answer.width)
+                for mask, box in zip(answer.masks, found.boxes, strict=True)
             )
-        mp4.add(draw_detections(outcome.image, found, labels, pasted, track_ids=track_ids.tolist()))
+        ids = answer.track_ids.tolist()
+        mp4.add(draw_detections(answer.image, found, labels, pasted, track_ids=ids))
     return mp4.take()
 
 
@@ -142,6 +173,9 @@ class VideoJob:
         self.fps = min(rates) if rates else 30.0
         lost_s = config.track_lost_s
         self.tracker = Tracker(TrackerConfig.for_fps(self.fps, lost_s)) if options.track else None
+        self._predictor = (
+            None if self.tracker is None else TrackPredictor(self.tracker, config.predict_max_frames)
+        )
         limit = (
             config.max_frames if options.max_frames is None else min(options.max_frames, config.max_frames)
         )
@@ -149,6 +183,7 @@ class VideoJob:
         self._pixels = video.info.pixels * config.frames_in_flight
         self._next: asyncio.Task[Group] | None = None
         self.processed = 0
+        self.detected = 0
 
     async def first(self) -> None:
         """Decode the first group of frames (errors are still the request's HTTP answer)."""
@@ -169,8 +204,9 @@ class VideoJob:
         work = self._resources.scheduler.run(self._pixels, _take, self.video, self._frames, count)
         self._next = asyncio.ensure_future(work)
 
-    async def _groups(self) -> AsyncIterator[tuple[list[Frame], list[ImageOutcome], list[np.ndarray]]]:
+    async def _groups(self) -> AsyncIterator[list[FrameAnswer]]:
         keep = self.options.format == "mp4"
+        every = self.options.detect_every
         while self._next is not None:
             group, error = await self._next
             self._next = None
@@ -180,21 +216,45 @@ class VideoJob:
                 return
             if error is None:
                 self._decode_next()  # the next group decodes while the model runs this one
-            labels = [f"frame {frame.index}" for frame in group]
-            outcomes = await self.run.detect_frames(
-                [frame.image for frame in group], self.options.params, labels=labels, keep_frames=keep
+            positions = range(self.processed, self.processed + len(group))
+            detect = [frame for frame, at in zip(group, positions, strict=True) if at % every == 0]
+            outcomes = iter(
+                await self.run.detect_frames(
+                    [frame.image for frame in detect],
+                    self.options.params,
+                    labels=[f"frame {frame.index}" for frame in detect],
+                    keep_frames=keep,
+                )
+                if detect
+                else []
             )
-            ids = [self._track(outcome) for outcome in outcomes]
+            answers = [
+                self._detected(frame, at, next(outcomes)) if at % every == 0 else self._predicted(frame, at)
+                for frame, at in zip(group, positions, strict=True)
+            ]
             self.processed += len(group)
-            yield group, outcomes, ids
+            self.detected += len(detect)
+            yield answers
             if error is not None:
                 raise error  # after the frames decoded before it
 
-    def _track(self, outcome: ImageOutcome) -> np.ndarray:
+    def _detected(self, frame: Frame, position: int, outcome: ImageOutcome) -> FrameAnswer:
         found = outcome.detections
-        if self.tracker is None:
-            return np.full(len(found), -1, dtype=np.int64)
-        return self.tracker.update(found.boxes, found.scores)
+        if self._predictor is None:
+            ids = np.full(len(found), -1, dtype=np.int64)
+        else:
+            ids = self._predictor.detected(float(position), found)
+        return FrameAnswer(frame, found, ids, outcome.width, outcome.height, outcome.masks, outcome.image)
+
+    def _predicted(self, frame: Frame, position: int) -> FrameAnswer:
+        assert self._predictor is not None, "detect_every > 1 needs the tracker (VideoOptions)"
+        carried = self._predictor.predicted(float(position))
+        height, width = frame.image.shape[:2]
+        image = frame.image if self.options.format == "mp4" else None
+        since = carried.frames_since_detection
+        return FrameAnswer(
+            frame, carried.as_detections(), carried.track_ids, width, height, None, image, since
+        )
 
     async def body(self) -> AsyncIterator[bytes]:
         """The answer, chunk by chunk. An error after the first chunk ends it with an NDJSON error line
@@ -214,18 +274,20 @@ class VideoJob:
 
     async def _ndjson(self) -> AsyncIterator[bytes]:
         labels = self.run.model.manifest.labels
-        async for group, outcomes, ids in self._groups():
+        async for answers in self._groups():
             lines = []
-            for frame, outcome, track_ids in zip(group, outcomes, ids, strict=True):
+            for answer in answers:
                 detections = [
                     TrackedDetection(**d.model_dump(), track_id=int(t) if t >= 0 else None)
-                    for d, t in zip(to_schema(outcome.detections, labels), track_ids, strict=True)
+                    for d, t in zip(to_schema(answer.detections, labels), answer.track_ids, strict=True)
                 ]
                 result = VideoFrameResult(
-                    frame=frame.index,
-                    pts=round(frame.pts, 6),
-                    width=outcome.width,
-                    height=outcome.height,
+                    frame=answer.frame.index,
+                    pts=round(answer.frame.pts, 6),
+                    width=answer.width,
+                    height=answer.height,
+                    source=answer.source,
+                    frames_since_detection=answer.frames_since_detection,
                     detections=detections,
                 )
                 lines.append(result.model_dump_json(exclude_none=True).encode() + b"\n")
@@ -237,8 +299,8 @@ class VideoJob:
         labels = self.run.model.manifest.labels
         scheduler = self._resources.scheduler
         with Mp4Writer(info.width, info.height, self.fps) as mp4:
-            async for _, outcomes, ids in self._groups():
-                chunk = await scheduler.run(self._pixels, _draw, outcomes, ids, labels, mp4)
+            async for answers in self._groups():
+                chunk = await scheduler.run(self._pixels, _draw, answers, labels, mp4)
                 if chunk:
                     yield chunk
             await scheduler.run(0, mp4.close)
@@ -256,6 +318,7 @@ class VideoJob:
             claimed_duration_s=info.claimed_duration_s,
             frames_read=video.read,
             frames_processed=self.processed,
+            frames_detected=self.detected,
             frames_skipped=video.read - self.processed,
             tracks=self.tracker.ids_given if self.tracker is not None else 0,
             stopped_by=video.stopped_by,

@@ -14,6 +14,11 @@ detections to the tracks left over (this recovers occluded objects whose score d
 detection left unmatched starts a track, which gets its id once it has been matched on
 ``min_frames`` consecutive frames; a track unmatched for more than ``lost_frames`` frames ends.
 
+Frames need not all be detected: ``update(boxes, scores, steps=k)`` advances every track by ``k`` frames
+(the filter's time step, not ``k`` empty updates, which would count each as a miss) before matching, and
+`Tracker.predicted` gives the confirmed tracks advanced to a frame between detections without changing
+them (`service.video.prediction` builds the frames in between from it).
+
 Written here rather than imported because the library needs supervision (matplotlib, scipy) and
 opencv-python, about 170 MB more in the serving install and an OpenCV that conflicts with the service's
 opencv-python-headless; this module needs numpy and ``lap`` (2.4 MB), the assignment solver of ByteTrack's
@@ -61,9 +66,17 @@ class _BoxFilter:
         self.x[:4] = box
         self.p = np.eye(8)
 
-    def predict(self) -> None:
-        self.x = self._F @ self.x
-        self.p = self._F @ self.p @ self._F.T + self._Q
+    def predict(self, steps: float = 1.0) -> None:
+        """Advance ``steps`` frames (any real >= 0): position += steps x velocity; the process noise grows
+        with the time step (one step is ByteTrack's filter exactly)."""
+        f = self._F if steps == 1.0 else np.eye(8) + steps * np.eye(8, k=4)
+        self.x = f @ self.x
+        self.p = f @ self.p @ f.T + self._Q * steps
+
+    def box_after(self, steps: float) -> np.ndarray:
+        """The box ``steps`` frames ahead of the current state, the state unchanged."""
+        box: np.ndarray = self.x[:4] + steps * self.x[4:]
+        return box
 
     def update(self, box: np.ndarray) -> None:
         innovation = box - self._H @ self.x
@@ -82,18 +95,18 @@ class _Track:
     def __init__(self, box: np.ndarray):
         self.filter = _BoxFilter(box)
         self.track_id = -1  # until matched on min_frames consecutive frames
-        self.missed = 0  # frames since the last match
+        self.missed = 0.0  # frames since the last match
         self.streak = 1  # consecutive matched frames (the first detection counts)
 
-    def predict(self) -> None:
-        self.filter.predict()
+    def predict(self, steps: float = 1.0) -> None:
+        self.filter.predict(steps)
         if self.missed > 0:
             self.streak = 0
-        self.missed += 1
+        self.missed += steps
 
     def update(self, box: np.ndarray) -> None:
         self.filter.update(box)
-        self.missed = 0
+        self.missed = 0.0
         self.streak += 1
 
 
@@ -143,25 +156,34 @@ class Tracker:
         return self._next_id
 
     @property
+    def tentative(self) -> int:
+        """Tracks started but not confirmed yet (no id): each needs another detection soon."""
+        return sum(1 for track in self._tracks if track.track_id < 0)
+
+    @property
     def active(self) -> int:
         """Confirmed tracks alive now (matched on this frame, or lost for at most ``lost_frames``)."""
         return sum(1 for track in self._tracks if track.track_id >= 0)
 
-    def update(self, boxes: np.ndarray, scores: np.ndarray) -> np.ndarray:
-        """The next frame's detections, ``boxes`` float [N, 4] (x1, y1, x2, y2) and ``scores`` float [N]
-        -> each detection's track id, int64 [N] in the input's order (-1: not tracked, or not yet).
+    def update(self, boxes: np.ndarray, scores: np.ndarray, steps: float = 1.0) -> np.ndarray:
+        """The detections of the frame ``steps`` frames after the last update (1: the next frame; a
+        fraction or more where frames were not detected), ``boxes`` float [N, 4] (x1, y1, x2, y2) and
+        ``scores`` float [N] -> each detection's track id, int64 [N] in the input's order (-1: not tracked,
+        or not yet).
 
-        Raises `ValueError` when the shapes disagree.
+        Raises `ValueError` when the shapes disagree or ``steps`` is negative or not finite.
         """
         boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
         scores = np.asarray(scores, dtype=np.float64).reshape(-1)
         if len(boxes) != len(scores):
             raise ValueError(f"{len(boxes)} boxes but {len(scores)} scores")
+        if not (math.isfinite(steps) and steps >= 0):
+            raise ValueError(f"steps must be a finite number >= 0, got {steps!r}")
         self.frames += 1
         ids = np.full(len(boxes), -1, dtype=np.int64)
         cfg = self.config
         for track in self._tracks:
-            track.predict()
+            track.predict(steps)
         predicted = np.array([t.filter.box for t in self._tracks]).reshape(-1, 4)
         high = np.flatnonzero(scores >= cfg.high_threshold)
         low = np.flatnonzero(scores < cfg.high_threshold)
@@ -183,6 +205,17 @@ class Tracker:
             and (t.track_id >= 0 or t.streak >= cfg.min_frames or t.missed == 0)
         ]
         return ids
+
+    def reset(self) -> None:
+        """End every track (the frames changed size: old boxes mean nothing); ids keep counting up."""
+        self._tracks = []
+
+    def predicted(self, steps: float) -> tuple[np.ndarray, np.ndarray]:
+        """The confirmed tracks matched at the last update, advanced ``steps`` frames past it without
+        changing any track: boxes float [M, 4] and track ids int64 [M]."""
+        shown = [t for t in self._tracks if t.track_id >= 0 and t.missed == 0]
+        boxes = np.array([t.filter.box_after(steps) for t in shown], dtype=np.float64).reshape(-1, 4)
+        return boxes, np.array([t.track_id for t in shown], dtype=np.int64)
 
     def _matched(self, track: _Track, box: np.ndarray) -> int:
         track.update(box)

@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,11 +19,20 @@ import pytest
 import yaml
 from deploy_testkit import K8S, ROOT
 from prometheus_client.parser import text_string_to_metric_families
-from service_testkit import add_toy_model, encode, make_settings, solid_image, start_client
+from service_testkit import (
+    add_toy_model,
+    encode,
+    frames_processed,
+    make_settings,
+    solid_image,
+    start_client,
+    wait_until,
+)
 
 from contract.manifest import Manifest
 from contract.quality import QualityCounts, class_names
 from service.app import create_app
+from service.bench.stream_sources import SourceServer
 
 MONITORING = K8S / "monitoring"
 RULES = MONITORING / "detect-rules.yaml"
@@ -136,7 +146,8 @@ def test_rules_pass_promtool_check():
 
 @pytest.fixture(scope="module")
 def served_names(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
-    """Every sample name of a live server's /metrics, after one request (so histograms have samples)."""
+    """Every sample name of a live server's /metrics, after one request (so histograms have samples) and
+    with one camera stream running (so the per-stream series exist), served on 127.0.0.1 by the test."""
     repo = tmp_path_factory.mktemp("monitoring_repo")
     version_dir = add_toy_model(repo, "toy")
     manifest = Manifest.read(version_dir)  # with a quality baseline, as `detect-export eval --write` records
@@ -145,13 +156,19 @@ def served_names(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
     )
     counts.add_image(np.array([0.9]), np.array([0]), 64, 64)
     manifest.model_copy(update={"quality": counts.baseline("synth", "val", "cpu")}).write(version_dir)
-    client = start_client(create_app(make_settings(repo)))
-    try:
-        png = encode(solid_image(200))
-        assert client.post("/detect", content=png, headers={"content-type": "image/png"}).status_code == 200
-        text = client.get("/metrics").text
-    finally:
-        client.__exit__(None, None, None)
+    with SourceServer(fps=15, frames=[np.full((48, 64, 3), 255, np.uint8)]) as camera:
+        client = start_client(create_app(make_settings(repo, stream_sources=camera.base_url)))
+        try:
+            png = encode(solid_image(200))
+            assert (
+                client.post("/detect", content=png, headers={"content-type": "image/png"}).status_code == 200
+            )
+            stream_id = client.post("/v1/streams", json={"url": camera.url("mjpeg/m")}).json()["id"]
+            wait_until(lambda: frames_processed(client, stream_id) >= 3, what="3 answered stream frames")
+            time.sleep(1.2)  # the session reports its rates once a second
+            text = client.get("/metrics").text
+        finally:
+            client.__exit__(None, None, None)
     return {sample.name for family in text_string_to_metric_families(text) for sample in family.samples}
 
 

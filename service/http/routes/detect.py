@@ -10,7 +10,8 @@ the boxes); that needs exactly one image.
 A video file (MP4, MOV, MKV, WebM: a ``video/*`` body, or a body or multipart file that starts like one) is
 answered while it decodes (`service.video.job`): NDJSON (``application/x-ndjson``), one `VideoFrameResult`
 line per processed frame and a last `VideoSummary` line, or with ``format=mp4`` (or ``Accept: video/mp4``)
-the video with boxes and track ids drawn. ``fps``, ``max_frames`` and ``track`` apply to videos only.
+the video with boxes and track ids drawn. ``fps``, ``max_frames``, ``track`` and ``detect_every`` apply to
+videos only.
 """
 
 from __future__ import annotations
@@ -190,7 +191,12 @@ async def detect(
         images = await run.hold_input(reader.images(request, settings.video_max_bytes))
         if video or (len(images) == 1 and looks_like_video(images[0].data)):
             video_options = VideoOptions(
-                params, _video_format(query, accept), query.fps, query.max_frames, query.track
+                params,
+                _video_format(query, accept),
+                query.fps,
+                query.max_frames,
+                query.track,
+                query.detect_every,
             )
             return await _video_response(run, images[0], video_options, settings, resources, owned)
         fmt = fmt or _image_format(query.format, accept)

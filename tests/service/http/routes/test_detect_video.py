@@ -70,6 +70,37 @@ def test_fps_max_frames_and_track_off(client: TestClient) -> None:
     assert all(len(f["detections"]) == 1 and "track_id" not in f["detections"][0] for f in lines[:-1])
 
 
+def test_detect_every_answers_every_frame_with_predicted_boxes_in_between(client: TestClient) -> None:
+    data = make_video(frames=20, fps=10, background=BRIGHT)
+    post = {"content": data, "headers": {"content-type": "video/mp4"}}
+    lines = _lines(client.post("/detect?fps=5&detect_every=3", **post))
+    frames, summary = lines[:-1], lines[-1]
+    assert [f["frame"] for f in frames] == list(range(0, 20, 2))  # fps keeps its meaning
+    assert [f["source"] for f in frames] == ["detected", "predicted", "predicted"] * 3 + ["detected"]
+    assert [f["frames_since_detection"] for f in frames] == [0, 1, 2] * 3 + [0]
+    assert (summary["frames_processed"], summary["frames_detected"]) == (10, 4)
+    assert [len(f["detections"]) for f in frames[1:3]] == [0, 0]  # no confirmed track yet
+    ids = {d["label"]: d["track_id"] for d in frames[3]["detections"]}
+    assert sorted(ids.values()) == [0, 1, 2]
+    for frame in frames[4:]:  # the toy's boxes stand still: predicted where they were detected
+        assert {d["label"]: d["track_id"] for d in frame["detections"]} == ids
+        box = next(
+            d["box"] for d in frame["detections"] if d["track_id"] == frames[3]["detections"][0]["track_id"]
+        )
+        assert box == pytest.approx(frames[3]["detections"][0]["box"], abs=0.5)
+    mp4 = client.post("/detect?detect_every=4&format=mp4", **post)
+    assert mp4.status_code == 200 and mp4.headers["content-type"] == "video/mp4"
+    with av.open(io.BytesIO(mp4.content)) as container:
+        assert sum(1 for _ in container.decode(video=0)) == 20
+
+
+def test_detect_every_needs_track_and_a_sane_value(client: TestClient) -> None:
+    post = {"content": make_video(frames=4, background=BRIGHT), "headers": {"content-type": "video/mp4"}}
+    response = client.post("/detect?detect_every=2&track=false", **post)
+    assert response.status_code == 400 and "detect_every" in response.text
+    assert client.post("/detect?detect_every=0", **post).status_code in (400, 422)
+
+
 def test_format_mp4_is_the_video_with_boxes_drawn(client: TestClient) -> None:
     data = make_video(frames=6, background=BRIGHT)
     response = client.post("/detect?format=mp4", content=data, headers={"content-type": "video/mp4"})

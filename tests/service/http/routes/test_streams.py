@@ -4,6 +4,7 @@ state, the API key, and streams declared in the settings file."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -13,6 +14,7 @@ from typing import Any
 import cv2
 import numpy as np
 import pytest
+import simplejpeg
 from detect_testkit import batcher_of, post_png
 from fastapi.testclient import TestClient
 from listener_testkit import CountingListener, ScriptedServer
@@ -105,6 +107,110 @@ def test_a_session_runs_sends_tracked_events_and_is_deleted(
     metrics = client.get("/metrics").text
     assert f'stream="{stream_id}"' not in metrics
     assert 'detect_streams{state="running"} 0.0' in metrics
+
+
+def test_a_budgeted_session_answers_every_frame_detected_or_predicted(
+    make_client: MakeClient, toy_repo: Path, source: SourceServer
+) -> None:
+    """3 detections a second for a 15 fps camera with live tracks: detected at least every 5th frame,
+    every frame taken answered in order, the frames in between with the tracks' predicted boxes."""
+    settings = settings_for(source, stream_detect_budget_fps=3.0, stream_detect_every_max_frames=5)
+    client = make_client(toy_repo, **settings)
+    stream_id = client.post("/v1/streams", json={"url": source.url("mjpeg/budget"), "fps": 15}).json()["id"]
+    body: list[str] = []
+    reading = threading.Thread(target=lambda: body.append(client.get(f"/v1/streams/{stream_id}/events").text))
+    reading.start()
+    wait_until(lambda: frames_processed(client, stream_id) >= 45, what="45 answered frames")
+    state = stream_info(client, stream_id)
+    metrics = client.get("/metrics").text
+    assert client.delete(f"/v1/streams/{stream_id}").status_code == 204
+    reading.join(10)
+    events = [json.loads(line[6:]) for line in body[0].splitlines() if line.startswith('data: {"')]
+    numbers = [e["frame"] for e in events]
+    assert numbers == sorted(set(numbers))
+    taken = int(state["frames_read"]) - int(state["frames_skipped"])  # type: ignore[call-overload]
+    answered = int(state["frames_processed"])  # type: ignore[call-overload]
+    assert taken - 3 - int(state["dropped_frames"]) <= answered <= taken  # type: ignore[call-overload]
+    assert answered == int(state["frames_detected"]) + int(state["frames_predicted"])  # type: ignore[call-overload]
+    assert int(state["frames_detected"]) < answered / 2  # type: ignore[call-overload]
+    assert 1 <= int(state["frames_since_detection_max"]) <= 6  # type: ignore[call-overload]
+    sources = [e["source"] for e in events]
+    assert "detected" in sources and "predicted" in sources
+    since = [e["frames_since_detection"] for e in events]
+    assert all((s == 0) == (src == "detected") for s, src in zip(since, sources, strict=True))
+    ids = sorted(d["track_id"] for d in events[-6]["detections"])
+    assert None not in ids and len(ids) == 3
+    for event in events[-6:]:  # the toy's boxes stand still: the same tracks, detected or predicted
+        assert sorted(d["track_id"] for d in event["detections"]) == ids
+        assert (event["width"], event["height"]) == (64, 48)
+    assert f'detect_stream_predicted_frames_total{{stream="{stream_id}"}}' in metrics
+    assert f'detect_stream_motion_score{{stream="{stream_id}"}} 0.0' in metrics  # a still camera
+
+
+def test_a_camera_that_changes_resolution_mid_stream(
+    make_client: MakeClient, toy_repo: Path, source: SourceServer
+) -> None:
+    """Frames alternate between 64x48 and 96x72 every 4 frames: the session keeps running, each size's
+    boxes stay with their size (a size change ends the tracks and is detected, never predicted from the
+    other size's boxes), and the ids after a change are new ones."""
+    big = np.full((72, 96, 3), 255, np.uint8)
+    jpegs = [
+        bytes(simplejpeg.encode_jpeg(f, quality=85, colorspace="RGB")) for f in [WHITE[0]] * 4 + [big] * 4
+    ]
+    with SourceServer(fps=15, frames=WHITE) as resizing:
+        resizing.jpegs = jpegs  # the MJPEG path serves these in turn
+        client = make_client(toy_repo, **settings_for(resizing, stream_detect_budget_fps=2.0))
+        stream_id = client.post("/v1/streams", json={"url": resizing.url("mjpeg/sizes")}).json()["id"]
+        body: list[str] = []
+        events_url = f"/v1/streams/{stream_id}/events"
+        reading = threading.Thread(target=lambda: body.append(client.get(events_url).text))
+        reading.start()
+        wait_until(lambda: frames_processed(client, stream_id) >= 40, what="40 answered frames")
+        state = stream_info(client, stream_id)
+        assert client.delete(f"/v1/streams/{stream_id}").status_code == 204
+        reading.join(10)
+    assert state["state"] == "running" and state["last_error"] is None
+    events = [json.loads(line[6:]) for line in body[0].splitlines() if line.startswith('data: {"')]
+    assert {(e["width"], e["height"]) for e in events} == {(64, 48), (96, 72)}
+    last_detected: dict[str, Any] | None = None
+    epochs: dict[int, int] = {}  # track id -> the run of same-size frames it appeared in
+    epoch = 0
+    for previous, event in itertools.pairwise(events):
+        size = (event["width"], event["height"])
+        if size != (previous["width"], previous["height"]):
+            epoch += 1
+            assert event["source"] == "detected" or not event["detections"]
+        for d in event["detections"]:
+            if d["track_id"] is not None:
+                assert epochs.setdefault(d["track_id"], epoch) == epoch  # a size's tracks end with it
+        if event["source"] == "detected":
+            last_detected = event
+        elif event["detections"]:
+            assert last_detected is not None
+            assert (last_detected["width"], last_detected["height"]) == size
+            shown = sorted(d["box"] for d in last_detected["detections"] if d["track_id"] is not None)
+            assert np.allclose(sorted(d["box"] for d in event["detections"]), shown, atol=1.0)
+    assert epoch >= 4
+
+
+def test_a_flickering_camera_is_detected_every_k_frames_and_no_more(
+    make_client: MakeClient, toy_repo: Path
+) -> None:
+    """Black and white frames in turn: motion everywhere, all the time. The session is active, so it is
+    detected about every 5th frame (its bound, here also its budget of 3 a second), and the flicker buys
+    it nothing more."""
+    black = np.zeros((48, 64, 3), np.uint8)
+    with SourceServer(fps=15, frames=[WHITE[0], black]) as flicker:
+        client = make_client(toy_repo, **settings_for(flicker, stream_detect_budget_fps=3.0))
+        stream_id = client.post("/v1/streams", json={"url": flicker.url("mjpeg/flicker")}).json()["id"]
+        wait_until(lambda: frames_processed(client, stream_id) >= 60, what="60 answered frames")
+        state = stream_info(client, stream_id)
+        metrics = client.get("/metrics").text
+    assert state["state"] == "running" and float(state["motion"]) > 0.5  # type: ignore[arg-type]
+    answered, detected = int(state["frames_processed"]), int(state["frames_detected"])  # type: ignore[call-overload]
+    assert 0.12 * answered <= detected <= 0.35 * answered  # every 5th frame (0.2), not every frame
+    assert int(state["frames_since_detection_max"]) <= 8  # type: ignore[call-overload]
+    assert f'detect_stream_motion_score{{stream="{stream_id}"}} 0.0' not in metrics
 
 
 def test_a_session_processes_at_its_fps_and_counts_the_rest_as_skipped(

@@ -387,3 +387,22 @@ def test_latency_policy_stops_a_batch_growing_past_its_oldest_requests_budget() 
 def test_an_unknown_policy_is_refused() -> None:
     with pytest.raises(ValueError, match="policy"):
         DynamicBatcher("test", Worker(), max_batch_size=1, max_queue_delay_s=0, max_queue_size=1, policy="x")
+
+
+def test_throughput_is_full_batches_per_second_from_the_fitted_batch_times() -> None:
+    async def run() -> None:
+        for workers, expected in ((1, 4 / 0.05), (2, 2 * 4 / 0.05)):
+            batcher: DynamicBatcher[int, int] = DynamicBatcher(
+                "test",
+                lambda items: items,
+                max_batch_size=4,
+                max_queue_delay_s=0.005,
+                max_queue_size=16,
+                workers=workers,
+            )
+            assert batcher.throughput() is None  # nothing observed yet
+            batcher.batch_times.observe(1, 0.02)  # 10 ms per image + 10 ms per batch
+            batcher.batch_times.observe(2, 0.03)
+            assert batcher.throughput() == pytest.approx(expected)
+
+    asyncio.run(run())
