@@ -102,7 +102,7 @@ async def run_open_loop(
     if client not in OPEN_LOOP_CLIENTS:
         raise ValueError(f"client must be one of {OPEN_LOOP_CLIENTS}, got {client!r}")
     if client == "wrk":
-        return await _wrk_open_loop(url, images[0], rate, duration_s, seed, model, timeout_s, max_connections)
+        return await _wrk_open_loop(url, images[0], rate, duration_s, seed, model, timeout_s)
     offsets = poisson_schedule(rate, duration_s, seed)
     target = "/detect" + (f"?{urlencode({'model': model})}" if model else "")
     latencies: list[float] = []
@@ -175,7 +175,6 @@ async def _wrk_open_loop(
     seed: int,
     model: str | None,
     timeout_s: float,
-    connections: int,
 ) -> OpenLoopResult:
     import httpx
 
@@ -185,7 +184,7 @@ async def _wrk_open_loop(
         before_text = (await scraper.get("/metrics")).text
         run = await asyncio.to_thread(
             run_wrk_open_loop, url, image.data, image.content_type, rate=rate, duration_s=duration_s,
-            seed=seed, model=model, connections=connections, timeout_s=timeout_s,
+            seed=seed, model=model, timeout_s=timeout_s,
         )  # fmt: skip
         after_text = (await scraper.get("/metrics")).text
     errors = {k: v for k, v in run.errors.items() if v and k != "status"}

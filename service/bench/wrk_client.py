@@ -9,16 +9,20 @@ CPU comes from ``wait4``'s resource usage of the finished process.
 
 The open loop: wrk's Lua ``delay()`` hook is called before each request a connection sends. Each wrk thread
 keeps its own Poisson schedule at ``rate / threads`` (merged, the threads' schedules are a Poisson process
-at ``rate``): every call takes the thread's next arrival time and waits until it. With many connections
-(default 256) a free connection is almost always there when an arrival is due, so a slow answer does not
-delay the next send; when none is, the send is late, and the lateness is counted (mean, max and share of
-late sends). wrk measures latency from the actual send, so a run with late sends says so instead of hiding
-the wait (coordinated omission).
+at ``rate``): every call takes the thread's next arrival time and waits until it. Each connection holds the
+next arrival it took, so with ``OPEN_LOOP_SECONDS_AHEAD`` seconds of arrivals' worth of connections a free
+one is there when an arrival is due unless that many requests are in flight: a slow answer does not delay
+the next send. When none is free the send is late, and the lateness is counted (mean, max and share of
+late sends): wrk measures latency from the actual send, so a run with late sends says so instead of hiding
+the wait (coordinated omission). More connections would sit idle between their arrivals past a server's
+keep-alive timeout (uvicorn closes idle connections after 5 s), and wrk would count the closed ones as read
+errors.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -119,6 +123,10 @@ end
 """
 
 
+# Open loop: connections for this many seconds of arrivals (4..256).
+OPEN_LOOP_SECONDS_AHEAD = 2.0
+
+
 @dataclass(frozen=True)
 class WrkResult:
     requests: int
@@ -200,14 +208,17 @@ def run_wrk_open_loop(
     duration_s: float,
     seed: int = 0,
     model: str | None = None,
-    connections: int = 256,
+    connections: int | None = None,
     threads: int = 1,
     timeout_s: float = 10.0,
 ) -> WrkResult:
     """POST ``image`` to ``url``/detect at Poisson times of ``rate`` per second (all threads together) for
-    ``duration_s`` (whole) seconds, on up to ``connections`` connections."""
+    ``duration_s`` (whole) seconds, on ``connections`` connections (default: `OPEN_LOOP_SECONDS_AHEAD`
+    seconds of arrivals, 4..256)."""
     if not rate > 0:
         raise ValueError(f"need rate > 0, got {rate}")
+    if connections is None:
+        connections = max(4, min(256, math.ceil(rate * OPEN_LOOP_SECONDS_AHEAD)))
     options = [f"-t{threads}", f"-c{max(connections, threads)}", f"-d{max(1, round(duration_s))}s"]
     arguments = [repr(rate), str(threads), str(seed)]
     return _run(url, image, content_type, model, options, timeout_s, OPEN_LOOP_TEMPLATE, arguments)
