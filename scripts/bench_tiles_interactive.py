@@ -97,6 +97,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--requests", type=int, default=30, help="single images per phase")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--label", default="default", help="names this configuration in --out")
+    parser.add_argument(
+        "--env", nargs="*", default=[], help="server settings, e.g. DETECT_TILING_BATCH_SIZE=1"
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/tiles-interactive.jsonl"))
     args = parser.parse_args(argv)
     done = [json.loads(line) for line in args.out.read_text().splitlines()] if args.out.exists() else []
@@ -104,7 +107,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{args.label} / {args.model}: already in {args.out}")
         return
     single, large = args.image.read_bytes(), args.large.read_bytes()
-    env = {"DETECT_DEFAULT_MODEL": args.model}
+    env = {"DETECT_DEFAULT_MODEL": args.model, **dict(item.split("=", 1) for item in args.env)}
     rounds = []
     with single_model_repository(args.repository / args.model) as repo, local_server(repo, env) as server:
         for number in range(args.rounds):
@@ -122,6 +125,7 @@ def main(argv: list[str] | None = None) -> None:
         "label": args.label,
         "model": args.model,
         "large": args.large.name,
+        "env": args.env,
         "idle_p50_ms": 1000 * statistics.median(r["idle"]["p50"] for r in rounds),
         "beside_tiles_p50_ms": 1000 * statistics.median(r["beside_tiles"]["p50"] for r in rounds),
         "ratio_p50": statistics.median(r["ratio_p50"] for r in rounds),

@@ -5,9 +5,10 @@ have a budget of their own instead of ``max_images_per_request``:
 
 - ``max_tiles_per_request`` network inputs (the whole image, when it also runs, counts as one);
 - at most half of ``image_memory_bytes`` in tiles (their resized inputs are held until inference);
-- for ``tiling=auto`` only, at most what the model runs in ``tiling_max_seconds`` at its measured
-  throughput (from the batch times it has observed; no limit before the first batch). Auto tiles are
-  network-sized and grow only when the image needs more tiles than this.
+- for ``tiling=auto`` only, at most what the model runs in ``tiling_max_seconds`` (less than the request
+  timeout) at its measured speed in batches of ``tiling_batch_size``, the size tiles run in (from the
+  batch times it has observed; no limit before the first batch). Auto tiles are network-sized and grow
+  only when the image needs more tiles than this.
 """
 
 from __future__ import annotations
@@ -33,11 +34,15 @@ def tile_budget(model: LoadedModel, resources: Resources) -> TileBudget:
         inputs, reason = by_memory, f"half of image_memory_bytes at {input_bytes} bytes per tile"
     else:
         inputs, reason = resources.max_tiles, "max_tiles_per_request"
-    rate = _images_per_second(model)
+    rate = _tiles_per_second(model, resources.tiling_batch_size)
     auto = inputs if rate is None else min(inputs, max(1, int(rate * resources.tiling_max_seconds)))
     return TileBudget(inputs, auto, reason)
 
 
-def _images_per_second(model: LoadedModel) -> float | None:
+def _tiles_per_second(model: LoadedModel, batch: int) -> float | None:
+    """Tiles per second in batches of ``batch`` on one worker (the fitted batch times; None before any)."""
     batcher = model.batcher
-    return None if batcher is None else batcher.throughput()
+    if batcher is None or not batcher.batch_times.known:
+        return None
+    seconds = batcher.batch_times.seconds(batch)
+    return batch / seconds if seconds > 0 else None

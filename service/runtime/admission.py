@@ -85,7 +85,7 @@ class Resources:
     budget_wait_s: float
     reduced_jpeg_decode: bool
     max_tiles: int = 256  # network inputs one request's tiles may make (max_tiles_per_request)
-    tiling_max_seconds: float = 10.0  # tiling=auto: tiles the model runs in this time at its throughput
+    tiling_max_seconds: float = 5.0  # tiling=auto: tiles the model runs in this time at its throughput
     tiling_batch_size: int = 2  # tiles queued at a time (two such windows in flight)
 
     @classmethod

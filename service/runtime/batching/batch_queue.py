@@ -66,8 +66,9 @@ class BatchQueue(Generic[In, Out]):
     ) -> None:
         """Fill ``batch`` up to ``limit``: interactive items first, each taking a stream frame's (else a bulk
         item's) place in a batch that may not grow (full, or ``over_budget``; the item goes back to the front
-        of its queue), then bulk items, then stream frames in the room left. Requests already done
-        (cancelled, expired) are dropped."""
+        of its queue), then bulk items, then stream frames in the room left. A batch with interactive items
+        carries no bulk items (tiles would only make them wait longer): those go back to their queue.
+        Requests already done (cancelled, expired) are dropped."""
         while self.interactive:
             if len(batch) >= limit or over_budget(batch):
                 frames = [i for i, p in enumerate(batch) if p.background]
@@ -81,7 +82,12 @@ class BatchQueue(Generic[In, Out]):
             pending = self.interactive.popleft()
             if not pending.future.done():
                 batch.append(pending)
-        for queue in (self.bulk, self.streams):
+        queues: tuple[deque[Pending[In, Out]], ...] = (self.bulk, self.streams)
+        if any(not (p.bulk or p.background) for p in batch):
+            for index in reversed([i for i, p in enumerate(batch) if p.bulk]):
+                self.bulk.appendleft(batch.pop(index))
+            queues = (self.streams,)
+        for queue in queues:
             while queue and len(batch) < limit and not over_budget(batch):
                 pending = queue.popleft()
                 if not pending.future.done():

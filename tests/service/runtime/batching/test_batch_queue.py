@@ -78,14 +78,18 @@ def test_tiles_come_after_interactive_items_and_before_stream_frames_and_are_nev
         assert queue.depth_ahead_of("interactive") == 1
         assert queue.depth_ahead_of("bulk") == 4 and queue.depth_ahead_of("stream") == 5
         batch: list[Pending[str, str]] = []
-        queue.take(batch, 3, _never)
-        assert [p.item for p in batch] == ["a", "t1", "t2"]
-        queue.append(_pending(loop, "b"))  # arrives while the full batch waits for the worker
-        queue.take(batch, 3, _never)
-        assert [p.item for p in batch] == ["a", "t1", "b"]  # t2 gave its place back, to the queue's front
-        assert [p.item for p in queue.bulk] == ["t2", "t3"]
+        queue.take(batch, 3, _never)  # an interactive batch is not padded with tiles (stream frames may)
+        assert [p.item for p in batch] == ["a", "f1"]
+        tiles: list[Pending[str, str]] = []
+        queue.take(tiles, 3, _never)  # without interactive items, tiles fill the batch before frames
+        assert [p.item for p in tiles] == ["t1", "t2", "t3"]
+        queue.append(_pending(loop, "b"))  # arrives while the batch of tiles waits for the worker
+        queue.take(tiles, 3, _never)
+        assert [p.item for p in tiles] == ["b"]  # the tiles went back, in order, to their queue's front
+        assert [p.item for p in queue.bulk] == ["t1", "t2", "t3"]
+        queue.append(_pending(loop, "f2", stream=True))
         queue.shed_streams(room_for=10, max_size=4)
-        assert [p.item for p in queue.bulk] == ["t2", "t3"] and not queue.streams
+        assert [p.item for p in queue.bulk] == ["t1", "t2", "t3"] and not queue.streams
         assert not any(p.future.done() for p in queue.bulk)
 
     asyncio.run(scenario())
