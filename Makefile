@@ -15,7 +15,7 @@ UV_VERSION ?= 0.13.9
 UV = $(VENV)/bin/uv
 SYNC = sync --locked --inexact
 
-.PHONY: setup setup-serve test lint lock grpc-proto serve real-photos real-photo-model default-model ssd320-model ssd300-model efficientdet-model maskrcnn-model bench-train clean
+.PHONY: setup setup-serve test lint lock grpc-proto serve image-test k8s-local real-photos real-photo-model default-model ssd320-model ssd300-model efficientdet-model maskrcnn-model bench-train clean
 
 $(VENV)/.installed: pyproject.toml uv.lock
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,20 @@ grpc-proto: setup
 
 serve: setup-serve
 	$(SERVE_VENV)/bin/detect-serve --model-repository $(MODEL_REPOSITORY) --host $(HOST) --port $(PORT)
+
+# The serve-cpu image built from the Dockerfile with podman and run with the CPU overlay's Deployment settings
+# (probes, APIs, memory under the limit, SIGTERM drain), then a deliberately broken build that must fail.
+# Root on Debian: installs podman, runc and mmdebstrap with apt-get when missing (docs/deployment.md,
+# "Testing the image for real").
+# IMAGE_TEST_ARGS=--hostile adds the hostile-input suite inside the container (~1.5 min more).
+image-test: $(VENV)/.installed
+	$(VENV)/bin/python scripts/image_test.py $(IMAGE_TEST_ARGS)
+
+# The image on a real single-node Kubernetes 1.20 built from Debian's source package (compiled once, ~7 min
+# on 2 cores, then cached), a rolling restart under clients, then the machine put back as it was. Root; after
+# `make image-test`; not in CI (docs/deployment.md, "A real Kubernetes node").
+k8s-local: $(VENV)/.installed
+	bash scripts/k8s-local/k8s-local.sh
 
 # Upgrade every pinned version: re-resolve uv.lock (and checkov's tools/checkov/uv.lock) to the newest releases
 # their pyproject.toml allow, list what moved, reinstall and run the whole test suite. Commit the locks when it
