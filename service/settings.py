@@ -135,9 +135,9 @@ class Settings(BaseSettings):
     max_tiles_per_request: int = Field(default=256, gt=0)
     # Less than request_timeout_ms (checked): the tiles of an auto request must be done before its deadline.
     tiling_max_seconds: float = Field(default=5.0, gt=0)
-    # Tiles are queued this many at a time (two such batches at most waiting or running), after interactive
-    # images: a single image sent meanwhile waits for at most one running batch of this size.
-    tiling_batch_size: int = Field(default=2, gt=0)
+    # Tiles are queued this many at a time (the next batch once the last is done), after interactive images:
+    # a single image sent meanwhile waits for at most one running batch of this size.
+    tiling_batch_size: int = Field(default=1, gt=0)
     # Neighbouring tiles overlap by this fraction of the tile side (requests: tile_overlap).
     tiling_overlap: float = Field(default=0.2, ge=0, le=0.75)
     # Also run the whole image, downscaled, for objects larger than a tile.

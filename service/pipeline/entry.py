@@ -288,10 +288,10 @@ class PipelineRequest:
             plan_images, self.model, images, self._resources, originals is not None, tiling, nbytes=nbytes
         )
         inputs = sum(plan.inputs for plan in plans)
-        # Tiles are queued tiling_batch_size at a time, two such windows at most, after interactive images:
+        # Tiles are queued tiling_batch_size at a time, one window after the other, after interactive images:
         # they take that much room in the queue, and all of them count in the expected wait.
         window = self._resources.tiling_batch_size if any(p.tiles for p in plans) else None
-        self._admit(inputs, room=None if window is None else min(inputs, 2 * window))
+        self._admit(inputs, room=None if window is None else min(inputs, window))
 
         async def decode_and_infer() -> tuple[list[Prepared], list[Outputs]]:
             prepared = await prepare_images(

@@ -1,9 +1,9 @@
 """A request's network inputs through its model's batcher.
 
-Up to a batch's worth of inputs is queued at once, so they can share a batch. A larger set (a tiled image:
-tens to hundreds of tiles) is queued ``window`` inputs at a time, with at most two windows waiting or running:
-single images sent meanwhile queue behind at most two batches of tiles instead of all of them, and the
-batcher is never left idle between windows.
+The inputs of a request are queued at once, so they can share a batch. A tiled image's (tens to hundreds of
+tiles) are queued ``window`` inputs at a time, the next window once the last one is done: a single image
+sent meanwhile waits for at most the one small batch of tiles that is running (two windows in flight kept
+the worker busier but made batches of two windows, and a single image waited for all of it: docs/tiling.md).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from service.runtime.batching.batch_worker import ItemTimes
 from service.runtime.model_runtime import LoadedModel
 
 Outputs = dict[str, np.ndarray]
-WINDOWS_IN_FLIGHT = 2
+WINDOWS_IN_FLIGHT = 1
 
 
 async def infer(
@@ -35,7 +35,7 @@ async def infer(
 
     ``deadline`` is the `time.monotonic` time by which inference must start (None: no limit);
     ``priority``: interactive requests go before stream frames (`service.runtime.batching.batcher`);
-    ``window``: queue at most this many inputs at a time (two windows in flight), None: all at once.
+    ``window``: queue this many inputs at a time, one window after the other; None: all at once.
     """
     times = [ItemTimes() for _ in images]
 

@@ -86,7 +86,7 @@ class Resources:
     reduced_jpeg_decode: bool
     max_tiles: int = 256  # network inputs one request's tiles may make (max_tiles_per_request)
     tiling_max_seconds: float = 5.0  # tiling=auto: tiles the model runs in this time at its throughput
-    tiling_batch_size: int = 2  # tiles queued at a time (two such windows in flight)
+    tiling_batch_size: int = 1  # tiles queued at a time, one window after the other
 
     @classmethod
     def from_settings(

@@ -86,9 +86,9 @@ def test_auto_tiles_grow_to_fit_the_time_budget(
 def test_a_single_image_overtakes_a_large_tiled_request(
     make_client: MakeClient, toy_repo: Path, gated: GatedFactory
 ) -> None:
-    """Tiles are queued tiling_batch_size at a time, after interactive images: an image sent while a
-    17-input tiled request runs goes into the very next batch (all tiles queued at once, in arrival order,
-    would have kept it behind all 16 others; windows without priority, behind the queued window)."""
+    """Tiles are queued tiling_batch_size at a time, one window after the other, after interactive images:
+    an image sent while a 17-input tiled request runs goes alone into the very next batch (all tiles queued
+    at once, in arrival order, would have kept it behind all 16 others)."""
     client = make_client(toy_repo, model_overrides={"toy": {"max_batch_size": 4}}, tiling_batch_size=4)
     backend = gated.backends["toy"]
     backend.gate = gate = threading.Event()
@@ -99,21 +99,22 @@ def test_a_single_image_overtakes_a_large_tiled_request(
     )
     tiled.start()
     wait_until(backend.entered.is_set, what="the first batch of tiles running")
-    wait_until(lambda: batcher_of(client, "toy").queue_depth == 4, what="the second window queued")
+    assert batcher_of(client, "toy").queue_depth == 0  # the next window waits for this one
     single = threading.Thread(
         target=lambda: answers.update(single=_post(client, solid_image(50, height=64, width=64)))
     )
     single.start()
-    wait_until(lambda: batcher_of(client, "toy").queue_depth == 5, what="the single image queued")
+    wait_until(lambda: batcher_of(client, "toy").queue_depth == 1, what="the single image queued")
     gate.set()
     tiled.join(30)
     single.join(30)
     assert answers["tiled"].status_code == answers["single"].status_code == 200  # type: ignore[attr-defined]
     order = [value for call in backend.calls for value in call]
     assert sorted(order) == [50.0] + [200.0] * 17
-    # The first window (4 tiles) was running; the image runs next, alone (tiles do not pad its batch).
+    # The first window (4 tiles) was running; the image runs next, alone; then the tiles, 4 at a time.
     batches = [call for call in backend.calls]
     assert batches[0] == [200.0] * 4 and batches[1] == [50.0], batches
+    assert [len(b) for b in batches[2:]] == [4, 4, 4, 1], batches
 
 
 def test_server_and_model_defaults(make_client: MakeClient, toy_repo: Path) -> None:
