@@ -33,15 +33,19 @@ from urllib.parse import urlencode, urlsplit
 
 MARKER = "WRK_RESULT "
 
-# The done hook: wrk's latencies are microseconds; errors.status counts answers that are not 2xx/3xx.
-LUA_TEMPLATE = """\
+# Every request POSTs the image (the body file) to the path.
+POST_REQUEST = """\
 wrk.method = "POST"
 wrk.path = {path}
 wrk.headers["Content-Type"] = {content_type}
 local file = assert(io.open({body_file}, "rb"))
 wrk.body = file:read("*a")
 file:close()
+"""
 
+# The done hook: wrk's latencies are microseconds; errors.status counts answers that are not 2xx/3xx.
+LUA_TEMPLATE = """\
+{post}
 done = function(summary, latency, requests)
   local e = summary.errors
   io.write(string.format(
@@ -66,13 +70,7 @@ local function now_us()
   return tonumber(clock.tv_sec) * 1e6 + tonumber(clock.tv_nsec) / 1e3
 end
 
-wrk.method = "POST"
-wrk.path = {path}
-wrk.headers["Content-Type"] = {content_type}
-local file = assert(io.open({body_file}, "rb"))
-wrk.body = file:read("*a")
-file:close()
-
+{post}
 local threads = {{}}
 local counter = 0
 function setup(thread)
@@ -148,12 +146,10 @@ def wrk_available() -> bool:
 
 
 def lua_script(path: str, content_type: str, body_file: Path, template: str = LUA_TEMPLATE) -> str:
-    return template.format(
-        path=json.dumps(path),
-        content_type=json.dumps(content_type),
-        body_file=json.dumps(str(body_file)),
-        marker=MARKER,
+    post = POST_REQUEST.format(
+        path=json.dumps(path), content_type=json.dumps(content_type), body_file=json.dumps(str(body_file))
     )
+    return template.format(post=post, marker=MARKER)
 
 
 def parse_wrk_output(stdout: str, cpu_user_s: float = 0.0, cpu_system_s: float = 0.0) -> WrkResult:
