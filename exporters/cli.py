@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 from exporters import accuracy_commands
 from exporters.cli_args import request_from_args as _request
 from exporters.errors import ExportError, GpuRequiredError, VerificationError
-from exporters.importing import command as import_command
+from exporters.importing.arguments import add_import_parser
 
 EXIT_BAD_INPUT = 2
 EXIT_VERIFICATION = 3
@@ -232,6 +232,12 @@ def _run_trt(args: argparse.Namespace) -> int:
 
 
 # name -> (adds its subparser, runs it); the order is --help's.
+def _run_import(args: argparse.Namespace) -> int:
+    from exporters.importing.command import run_import  # torch, onnx: after argument parsing
+
+    return run_import(args)
+
+
 COMMANDS: dict[str, tuple[Callable[[Any], None], Callable[[argparse.Namespace], int]]] = {
     "onnx": (_add_onnx_parser, _run_onnx),
     "verify": (_add_verify_parser, _run_verify),
@@ -241,7 +247,7 @@ COMMANDS: dict[str, tuple[Callable[[Any], None], Callable[[argparse.Namespace], 
     "quantize": (accuracy_commands.add_quantize_parser, accuracy_commands.run_quantize),
     "eval": (accuracy_commands.add_eval_parser, accuracy_commands.run_eval),
     "golden": (accuracy_commands.add_golden_parser, accuracy_commands.run_golden),
-    "import": (import_command.add_import_parser, import_command.run_import),
+    "import": (add_import_parser, _run_import),
 }
 
 

@@ -27,7 +27,7 @@ from service.capture.recorder import Candidates, SampleCapture
 from service.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
-SAMPLES = sorted((REPO / "service/static/samples").glob("*.jpg"))
+SAMPLES = sorted((REPO / "service/static/samples").glob("shapes-*.jpg"))
 
 
 class _TimedContext:

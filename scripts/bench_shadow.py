@@ -31,7 +31,7 @@ from service.pipeline.shadow import ShadowRunner
 from service.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
-SAMPLES = sorted((REPO / "service/static/samples").glob("*.jpg"))
+SAMPLES = sorted((REPO / "service/static/samples").glob("shapes-*.jpg"))
 
 
 class _Timed:

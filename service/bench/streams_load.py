@@ -207,7 +207,7 @@ def _ask_interactively(
     """POST /detect of a sample image every 0.25 s while counting: (status, milliseconds) of each."""
     import httpx
 
-    image = sorted(SAMPLES.glob("*.jpg"))[0].read_bytes()
+    image = sorted(SAMPLES.glob("shapes-*.jpg"))[0].read_bytes()
     with httpx.Client(base_url=url, timeout=30) as client:
         while not stop.wait(0.25):
             if not counting.is_set():

@@ -5,7 +5,7 @@ have a budget of their own instead of ``max_images_per_request``:
 
 - ``max_tiles_per_request`` network inputs (the whole image, when it also runs, counts as one);
 - at most half of ``image_memory_bytes`` in tiles (their resized inputs are held until inference);
-- for ``tiling=auto`` only, at most what the model runs in ``tiling_max_seconds`` (less than the request
+- for ``tiling=auto`` only, at most what the model runs in ``tiling_max_seconds`` (at most half the request
   timeout) at its measured speed in batches of ``tiling_batch_size``, the size tiles run in (from the
   batch times it has observed; no limit before the first batch). Auto tiles are network-sized and grow
   only when the image needs more tiles than this.
@@ -35,7 +35,8 @@ def tile_budget(model: LoadedModel, resources: Resources) -> TileBudget:
     else:
         inputs, reason = resources.max_tiles, "max_tiles_per_request"
     rate = _tiles_per_second(model, resources.tiling_batch_size)
-    auto = inputs if rate is None else min(inputs, max(1, int(rate * resources.tiling_max_seconds)))
+    # (+1e-6: 50 tiles a second for 1 s is 50 tiles, whatever the float rounding of the fitted times)
+    auto = inputs if rate is None else min(inputs, max(1, int(rate * resources.tiling_max_seconds + 1e-6)))
     return TileBudget(inputs, auto, reason)
 
 

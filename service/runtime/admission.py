@@ -109,6 +109,7 @@ class Resources:
             budget_wait_s=wait_s,
             reduced_jpeg_decode=settings.reduced_jpeg_decode,
             max_tiles=settings.max_tiles_per_request,
-            tiling_max_seconds=settings.tiling_max_seconds,
+            # Half the request's time at most: the tiles of an auto request must be done before its deadline.
+            tiling_max_seconds=min(settings.tiling_max_seconds, settings.request_timeout_ms / 2000),
             tiling_batch_size=settings.tiling_batch_size,
         )

@@ -146,12 +146,3 @@ def test_stream_redirects_and_address_classes(monkeypatch: pytest.MonkeyPatch) -
         with pytest.raises(ValidationError, match=name.removeprefix("DETECT_").lower()):
             Settings()
         monkeypatch.delenv(name)
-
-
-def test_the_tile_time_budget_must_fit_the_request_timeout() -> None:
-    """Tiles an auto request plans for its time budget must be done before the request's deadline."""
-    with pytest.raises(
-        ValidationError, match=r"tiling_max_seconds \(10\.0\) must be less than request_timeout_ms"
-    ):
-        Settings(tiling_max_seconds=10.0, request_timeout_ms=10_000)
-    assert Settings(tiling_max_seconds=4.0, request_timeout_ms=5_000).tiling_max_seconds == 4.0
