@@ -43,8 +43,8 @@ def _read_rgb(path: Path) -> np.ndarray:
 
 
 def synthetic_frames(width: int, height: int, count: int) -> list[np.ndarray]:
-    """``count`` RGB frames: the synthetic sample images (``shapes-*.jpg``) side by side, sliding one pixel step
-    per frame."""
+    """``count`` RGB frames: the synthetic sample images (``shapes-*.jpg``) side by side, sliding one pixel
+    step per frame."""
     tiles = [_read_rgb(p) for p in sorted(SAMPLES.glob("shapes-*.jpg"))]
     strip = np.concatenate([cv2.resize(t, (height, height), interpolation=cv2.INTER_AREA) for t in tiles], 1)
     strip = np.concatenate([strip, strip], axis=1)  # wraps around
