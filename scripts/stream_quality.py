@@ -48,6 +48,7 @@ from service.predict.detectors import LocalDetector
 from service.streams.motion import MotionMeter
 from service.streams.schedule import SchedulePolicy
 from service.video.decoding import VideoLimits, open_video
+from service.video.tracking import box_iou
 from training.data.synthetic_video import VideoConfig, generate_video
 
 REPO = Path(__file__).resolve().parents[1]
@@ -89,7 +90,8 @@ def load_camera(folder: Path, speed: tuple[float, float], seed: int, detector: L
         detections.append(
             KeptDetections(data["boxes"][rows], data["scores"][rows], data["classes"][rows], np.arange(n))
         )
-    return Camera(detections, [float(m) for m in data["motion"]])
+    video = json.loads((folder / "annotations.json").read_text())["videos"][0]
+    return Camera(detections, [float(m) for m in data["motion"]], size=(video["width"], video["height"]))
 
 
 def score(gt_path: Path, answers: list[Answer | None]) -> dict[str, float]:
@@ -123,12 +125,67 @@ def score(gt_path: Path, answers: list[Answer | None]) -> dict[str, float]:
     }
 
 
+def timing(gt_path: Path, answers: list[Answer | None]) -> dict[str, float]:
+    """When objects appear in the answers and how long their boxes outlive them, in frames: an answer's
+    box with a track id covers a ground-truth object on a frame where their IoU is at least 0.5 (each
+    box and object once, largest IoU first). Sums and counts, so seeds pool by adding them:
+    ``appear_sum`` / ``appeared``: frames from an object's first ground-truth frame to the first frame a
+    box covers it (``objects`` - ``appeared`` are never covered); ``outlive_sum`` / ``tracks``: frames a
+    track id is still answered after the last ground-truth frame of the object it last covered."""
+    truth: dict[int, dict[int, np.ndarray]] = {}  # frame (0-based) -> object id -> box
+    for line in gt_path.read_text().splitlines():
+        frame, obj, x, y, w, h = (float(v) for v in line.split(",")[:6])
+        truth.setdefault(int(frame) - 1, {})[int(obj)] = np.array([x, y, x + w, y + h])
+    first_gt: dict[int, int] = {}
+    last_gt: dict[int, int] = {}
+    for frame in sorted(truth):
+        for obj in truth[frame]:
+            first_gt.setdefault(obj, frame)
+            last_gt[obj] = frame
+    first_cover: dict[int, int] = {}
+    last_seen: dict[int, int] = {}  # track id -> last frame answered
+    covers: dict[int, int] = {}  # track id -> object it last covered
+    for frame, answer in enumerate(answers):
+        if answer is None:
+            continue
+        tracked = [i for i, t in enumerate(answer.track_ids) if t >= 0]
+        for i in tracked:
+            last_seen[int(answer.track_ids[i])] = frame
+        objects = list(truth.get(frame, {}).items())
+        if not tracked or not objects:
+            continue
+        iou = box_iou(np.asarray(answer.boxes, np.float64)[tracked], np.array([b for _, b in objects]))
+        used_rows: set[int] = set()
+        used_cols: set[int] = set()
+        for flat in np.argsort(-iou, axis=None):
+            row, col = divmod(int(flat), iou.shape[1])
+            if iou[row, col] < 0.5:
+                break
+            if row in used_rows or col in used_cols:
+                continue
+            used_rows.add(row)
+            used_cols.add(col)
+            obj = objects[col][0]
+            first_cover.setdefault(obj, frame)
+            covers[int(answer.track_ids[tracked[row]])] = obj
+    outlive = [max(0, last_seen[t] - last_gt[obj]) for t, obj in covers.items()]
+    return {
+        "objects": len(first_gt),
+        "appeared": len(first_cover),
+        "appear_sum": sum(first_cover[o] - first_gt[o] for o in first_cover),
+        "tracks": len(outlive),
+        "outlive_sum": sum(outlive),
+    }
+
+
 def cameras_for(scored: int, cameras: list[Camera], count: int, seed: int) -> list[Camera]:
     """``count`` cameras: the scored sequence first, then the next ones of the set, at fixed phases."""
     rng = np.random.default_rng(seed)
     chosen = [cameras[(scored + i) % len(cameras)] for i in range(count)]
     phases = rng.uniform(0, 1 / 15, count)
-    return [Camera(c.detections, c.motion, c.fps, float(p)) for c, p in zip(chosen, phases, strict=True)]
+    return [
+        Camera(c.detections, c.motion, c.fps, float(p), c.size) for c, p in zip(chosen, phases, strict=True)
+    ]
 
 
 def runs(
@@ -159,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
         "--data", default="data/stream-quality", help="folder of the sequences (made if missing)"
     )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--cameras", type=int, nargs="+", default=[6, 16])
+    parser.add_argument("--cameras", type=int, nargs="+", default=[6, 8, 12, 16])
     parser.add_argument("--model-dir", default=str(REPO / "models" / "efficientdet-d0-synth-int8" / "1"))
     parser.add_argument("--out", default=str(REPO / "docs" / "results" / "stream_quality.jsonl"))
     parser.add_argument("--table", action="store_true", help="print the table of --out and stop")
@@ -180,6 +237,7 @@ def main(argv: list[str] | None = None) -> None:
         for name, (answers, detected) in runs(index, cameras, args.cameras, policy, cost).items():
             row: dict[str, Any] = {"speed": list(speed), "seed": seed, "config": name}
             row |= score(folder / "gt" / "gt.txt", answers)
+            row |= timing(folder / "gt" / "gt.txt", answers)
             row["detected_share"] = round(detected, 4)
             row["model"] = detector.manifest.name
             rows.append(row)
@@ -195,14 +253,25 @@ def print_table(path: Path) -> None:
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     speeds = list(dict.fromkeys(tuple(r["speed"]) for r in rows))
     header = " | ".join(f"{lo:g}-{hi:g} px/frame" for lo, hi in speeds)
-    print(f"| configuration | detected | HOTA / IDF1 / MOTA, all | {header} |")
-    print("|---|---|---|" + "---|" * len(speeds))
+    print(f"| configuration | detected | appears after | outlives | HOTA / IDF1 / MOTA, all | {header} |")
+    print("|---|---|---|---|---|" + "---|" * len(speeds))
     for name in dict.fromkeys(r["config"] for r in rows):
         group = [r for r in rows if r["config"] == name]
-        cells = [_pooled(group)]
+        cells = [_timing(group), _pooled(group)]
         cells += [_pooled([r for r in group if tuple(r["speed"]) == s]) for s in speeds]
         share = np.mean([r["detected_share"] for r in group])
         print(f"| {name} | {share:.2f} | " + " | ".join(cells) + " |")
+
+
+def _timing(group: list[dict[str, Any]]) -> str:
+    """Mean frames before an object first appears (and the share never covered); mean frames a track's
+    box outlives its object."""
+    if not all("appear_sum" in r for r in group):
+        return "- | -"
+    appeared, objects = sum(r["appeared"] for r in group), sum(r["objects"] for r in group)
+    delay = sum(r["appear_sum"] for r in group) / max(1, appeared)
+    outlive = sum(r["outlive_sum"] for r in group) / max(1, sum(r["tracks"] for r in group))
+    return f"{delay:.1f} f ({1 - appeared / max(1, objects):.0%} never) | {outlive:.1f} f"
 
 
 def _pooled(group: list[dict[str, Any]]) -> str:

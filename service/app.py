@@ -68,8 +68,9 @@ async def _freeze_when_loaded(runtime: ModelRuntime) -> None:
 
 def _stream_predictor(fps: float, max_predicted_frames: int) -> TrackPredictor:
     """A stream session's tracker, tuned to the frames per second it answers, that also answers the
-    frames between detections."""
-    return TrackPredictor(Tracker(TrackerConfig.for_fps(fps)), max_predicted_frames)
+    frames between detections (its new tracks start with the velocity of their first two detections, which
+    are rarely consecutive frames)."""
+    return TrackPredictor(Tracker(TrackerConfig.for_fps(fps, start_velocity=True)), max_predicted_frames)
 
 
 def create_app(settings: Settings | None = None, *, backend_factory: BackendFactory | None = None) -> FastAPI:

@@ -60,6 +60,14 @@ class DetectQuery(BaseModel):
         "the tracks advanced by the tracker (source predicted, at most video_predict_max_frames in a row). "
         "Needs track. Default 1: every processed frame is detected",
     )
+    detect_budget: float | None = Field(
+        default=None,
+        gt=0,
+        le=1000,
+        description="video: run the detector on at most this many frames per second of video, evenly "
+        "spaced among the processed frames (the first always); the others are predicted as with "
+        "detect_every. Needs track; not with detect_every. Default: every processed frame (detect_every)",
+    )
     tiling: Annotated[str, Field(json_schema_extra={"pattern": r"^(off|auto|\d+x\d+)$"})] | None = Field(
         default=None,
         description="tiled inference for large images: off, auto (tiles only an image more than "

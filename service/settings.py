@@ -290,6 +290,11 @@ class Settings(BaseSettings):
     stream_reconnect_attempts: int = Field(default=10, ge=0)
     # A frame that could not start inference within this time of its capture is dropped (and counted).
     stream_max_lag_ms: float = Field(default=1000.0, gt=0)
+    # Sooner: a detected frame must start inference within this many of the model's measured full-batch
+    # times (at least one frame interval of its session, at most stream_max_lag_ms; 0: only that), else
+    # it is dropped (expired) and answered by prediction with the frames waiting behind it, so no answer
+    # waits longer than this plus the batch it runs in (docs/streams.md, "Lag").
+    stream_detect_wait_batches: float = Field(default=2.0, ge=0)
     # The detection budget of stream frames (docs/streams.md, "Detection budget"): this share of the
     # model's measured throughput (images per second at full batches), or a fixed rate of frames per
     # second for all sessions of a model (0: measured). A session with live tracks or motion is detected

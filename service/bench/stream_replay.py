@@ -58,6 +58,7 @@ class Camera:
     motion: list[float]
     fps: float = 15.0
     phase_s: float = 0.0
+    size: tuple[int, int] | None = None  # width, height: predicted boxes are kept inside it
 
     def arrival(self, frame: int) -> float:
         return self.phase_s + frame / self.fps
@@ -82,10 +83,11 @@ class _State:
     newest: int | None = None  # frame waiting in the slot (today's loop)
     waiting: list[int] = field(default_factory=list)  # frames to answer after the detection
     last_detected_at: float | None = None
+    ready_at: tuple[float, int] = (0.0, 0)  # today's loop: when it could queue a frame (FIFO order)
 
 
-def _tracker(fps: float) -> Tracker:
-    return Tracker(TrackerConfig.for_fps(fps))
+def _tracker(fps: float, start_velocity: bool = False) -> Tracker:
+    return Tracker(TrackerConfig.for_fps(fps, start_velocity=start_velocity))
 
 
 def _detected(state: _State, frame: int) -> None:
@@ -98,13 +100,20 @@ def _detected(state: _State, frame: int) -> None:
 
 def _predicted(state: _State, frame: int) -> None:
     assert state.predictor is not None
-    carried = state.predictor.predicted(float(frame))
+    carried = state.predictor.predicted(float(frame), state.camera.size)
     state.answers[frame] = Answer(carried.boxes, carried.scores, carried.track_ids, "predicted")
 
 
-def replay_every(camera: Camera, every: int, max_predicted: int = 15) -> list[Answer | None]:
-    """The detector on frames 0, every, 2 x every, ...; the tracker answers the others."""
-    state = _State(camera, TrackPredictor(_tracker(camera.fps), max_predicted), [None] * len(camera.motion))
+def replay_every(
+    camera: Camera, every: int, max_predicted: int = 15, start_velocity: bool | None = None
+) -> list[Answer | None]:
+    """The detector on frames 0, every, 2 x every, ...; the tracker answers the others. Its tracks start
+    with the velocity of their first two detections when ``start_velocity`` (None: when ``every`` > 1, as
+    the service's video files)."""
+    if start_velocity is None:
+        start_velocity = every > 1
+    tracker = _tracker(camera.fps, start_velocity)
+    state = _State(camera, TrackPredictor(tracker, max_predicted), [None] * len(camera.motion))
     for frame in range(len(camera.motion)):
         if frame % every == 0:
             _detected(state, frame)
@@ -155,21 +164,27 @@ def replay_today(
     arrivals, end = _ticks(cameras, interval_s)
     index, now = 0, 0.0
     while now <= end:
-        for c, frame in detector.finish(now):
+        for place, (c, frame) in enumerate(detector.finish(now)):
             state = states[c]
             found = state.camera.detections[frame]
             assert state.predictor is not None
             ids = state.predictor.tracker.update(found.boxes, found.scores)  # one step per processed frame
             state.answers[frame] = Answer(found.boxes, found.scores, ids, "detected")
-            state.in_flight = None
+            state.in_flight, state.ready_at = None, (now, place)
         while index < len(arrivals) and arrivals[index][0] <= now:
-            _, c, frame = arrivals[index]
+            at, c, frame = arrivals[index]
+            if states[c].in_flight is None and states[c].newest is None:
+                states[c].ready_at = (at, -1)
             states[c].newest = frame  # replaces a frame not taken yet (dropped as stale)
             index += 1
-        for c, state in enumerate(states):
-            if state.in_flight is None and state.newest is not None:
-                state.in_flight, state.newest = state.newest, None
-                detector.queue.append((c, state.in_flight))
+        ready = [c for c, state in enumerate(states) if state.in_flight is None and state.newest is not None]
+        # First come, first queued (a batch's cameras in their order in it), as the sessions' tasks would
+        # queue them: no camera goes first every time.
+        for c in sorted(ready, key=lambda c: states[c].ready_at):
+            state, taken = states[c], states[c].newest
+            assert taken is not None
+            state.in_flight, state.newest = taken, None
+            detector.queue.append((c, taken))
         detector.start_if_free(now)
         now += interval_s
     return [state.answers for state in states]
@@ -182,10 +197,14 @@ def replay_scheduled(
     share: float = 0.8,
     max_predicted: int = 15,
     interval_s: float = 0.01,
+    start_velocity: bool = True,
 ) -> tuple[list[list[Answer | None]], float]:
-    """The detection budget: each camera's every frame answered; and the detector's busy share."""
+    """The detection budget: each camera's every frame answered; and the detector's busy share. Tracks
+    start with the velocity of their first two detections unless ``start_velocity`` is False."""
     states = [
-        _State(cam, TrackPredictor(_tracker(cam.fps), max_predicted), [None] * len(cam.motion))
+        _State(
+            cam, TrackPredictor(_tracker(cam.fps, start_velocity), max_predicted), [None] * len(cam.motion)
+        )
         for cam in cameras
     ]
     detector = _Detector(cost)

@@ -151,6 +151,7 @@ class StreamManager:
             max_lag_s=settings.stream_max_lag_ms / 1000,
             max_subscribers=settings.stream_max_subscribers,
             event_buffer=settings.stream_event_buffer,
+            wait_batches=settings.stream_detect_wait_batches,
         )
         session = StreamSession(
             session_id,
@@ -163,6 +164,7 @@ class StreamManager:
             predictor=self._predictor_factory(fps, settings.stream_predict_max_frames),
             scheduler=self.scheduler,
             limits=limits,
+            batch_s=lambda: self._batch_s(model.name),
             declared=declared,
         )
         self._sessions[session_id] = session
@@ -179,6 +181,16 @@ class StreamManager:
         except ServiceError:  # unloaded meanwhile
             return None
         return None if batcher is None else batcher.throughput()
+
+    def _batch_s(self, model_name: str) -> float | None:
+        """Seconds one full batch of the model takes, as its batcher measures them (None: not known)."""
+        try:
+            batcher = self._runtime.get(model_name, None).batcher
+        except ServiceError:
+            return None
+        if batcher is None or not batcher.batch_times.known:
+            return None
+        return batcher.batch_times.seconds(batcher.max_batch_size)
 
     def _spare(self, model_name: str) -> int:
         """A batch when the model's detector is idle (nothing running or queued), else 0."""

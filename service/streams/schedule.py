@@ -4,12 +4,12 @@ Each round the waiting sessions are candidates. `choose` takes, in this order:
 
 1. every session that must be detected now (hard bounds, even over the budget by up to one burst): one
    never detected (or whose frames changed size); one whose last detection started or confirmed a track
-   (a new object: its next frame confirms it and gives its velocity, which the frames in between are
-   predicted with); an
-   active one (live tracks, or a motion score at least ``motion_threshold``) whose frame would be the
-   ``active_every_frames``-th since its last detection; any one whose last detection is ``idle_every_s``
-   old (so a 1 fps camera is not left K seconds behind by busy 30 fps ones). Among them the longest
-   without a detection goes first, so when they are too many, they take turns;
+   (a new object: its first frame decided after that detection, however many frames were answered while
+   the detection ran, confirms it and gives its velocity, which the frames in between are predicted
+   with); an active one (live tracks, or a motion score at least ``motion_threshold``) whose frame would
+   be the ``active_every_frames``-th since its last detection; any one whose last detection is
+   ``idle_every_s`` old (so a 1 fps camera is not left K seconds behind by busy 30 fps ones). Among them
+   the longest without a detection goes first, so when they are too many, they take turns;
 2. then, while the budget has slots, the others by urgency: seconds since the last detection times a
    weight, 1 + 1 with live tracks + 0.5 per new track at the last detection (at most 2) + the motion score
    over its threshold (at most 2) + 8 x the drift (at most 4): how far its fastest track has moved since
@@ -72,7 +72,7 @@ def must_detect(candidate: Candidate, policy: SchedulePolicy) -> bool:
     """The hard bounds (see the module's docstring)."""
     if candidate.frames_since is None or not math.isfinite(candidate.seconds_since):
         return True
-    if candidate.new_tracks and candidate.frames_since == 0:  # the frame right after a new object
+    if candidate.new_tracks:  # the first frame after a new object's detection (however many waited)
         return True
     if candidate.seconds_since >= policy.idle_every_s:  # any session: a slow camera's K frames are long
         return True
@@ -108,6 +108,16 @@ def choose(
         forced = forced[:room] + [c for c in forced[room:] if c.seconds_since >= fair_age_s]
     room = max(0, slots - len(forced))
     return [c.key for c in forced] + [c.key for c in others[:room]]
+
+
+def start_deadline_s(max_lag_s: float, wait_batches: float, batch_s: float | None, fps: float) -> float:
+    """How long after its capture a detected stream frame may wait to start inference: ``wait_batches``
+    full batches of ``batch_s`` seconds (the model's measured batch time), at least one frame interval at
+    ``fps`` (a shorter wait gains nothing: the next frame is not there yet), at most ``max_lag_s``, which
+    is also the wait while the batch time is not known or ``wait_batches`` is 0."""
+    if not wait_batches > 0 or batch_s is None or not batch_s > 0:
+        return max_lag_s
+    return min(max_lag_s, max(1.0 / fps, wait_batches * batch_s))
 
 
 class TokenBudget:

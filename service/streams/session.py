@@ -3,8 +3,8 @@
 The reader (`service.streams.reader`) keeps only the newest frame, with its motion score
 (`service.streams.motion`). The session's task takes each frame and asks the detection scheduler
 (`service.streams.scheduler`) whether it goes to the detector. A detected frame is converted, sent
-through the one pipeline entry at stream priority with the lag bound as its deadline (a frame that
-cannot start inference in time is dropped and counted, so lag stays bounded whatever the load), and
+through the one pipeline entry at stream priority with a deadline to start (`start_deadline_s`: a few
+batch times, at most the lag bound; a frame late to start is dropped, counted and predicted), and
 its detections go to the session's tracker. Every other frame is answered by the tracker: its live
 tracks advanced to the frame's time (`service.video.prediction`), marked ``predicted``. Frames that
 arrive while the session's detection runs wait (metadata only, at most `MAX_WAITING`) and are answered
@@ -30,6 +30,7 @@ import logging
 import math
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import av
@@ -46,7 +47,7 @@ from service.streams.metrics import StreamMetrics
 from service.streams.motion import MotionMeter
 from service.streams.predictor import FramePredictor
 from service.streams.reader import Frame, FrameReader, NewestFrame, ReaderConfig, SourceTooLarge, scaled_size
-from service.streams.schedule import Candidate
+from service.streams.schedule import Candidate, start_deadline_s
 from service.streams.scheduler import DetectionScheduler
 from service.streams.schemas import StreamInfo, StreamRequest
 from service.streams.sources import redact
@@ -54,8 +55,8 @@ from service.streams.state import SessionState, State
 
 logger = logging.getLogger(__name__)
 
-# Frames answered after the running detection, at most (older ones are dropped as stale): a detection
-# lasts at most the lag bound plus a batch, ~1 s at the defaults, 30 frames at 30 fps.
+# Frames answered after the running detection, at most (older ones are dropped as stale): it lasts at
+# most its start deadline (at most the lag bound) plus a batch: ~1 s at worst, 30 frames at 30 fps.
 MAX_WAITING = 64
 
 
@@ -66,6 +67,7 @@ class SessionLimits:
     max_lag_s: float
     max_subscribers: int
     event_buffer: int
+    wait_batches: float = 0.0  # stream_detect_wait_batches (`start_deadline_s`)
 
 
 @dataclass
@@ -92,6 +94,7 @@ class StreamSession:
         predictor: FramePredictor,
         scheduler: DetectionScheduler,
         limits: SessionLimits,
+        batch_s: Callable[[], float | None] = lambda: None,  # the model's measured full-batch time
         declared: bool = False,
     ) -> None:
         self.id = session_id
@@ -104,6 +107,7 @@ class StreamSession:
         self._predictor = predictor
         self._scheduler = scheduler
         self._limits = limits
+        self._batch_s = batch_s
         self.state = SessionState(on_change=metrics.state_changed)
         metrics.state_changed(None, "starting")
         self._wake = asyncio.Event()
@@ -238,10 +242,13 @@ class StreamSession:
             self._drop("corrupt")
             logger.debug("stream %s: frame %d does not decode: %s", self.id, frame.number, exc)
             return False
+        wait_s = start_deadline_s(
+            self._limits.max_lag_s, self._limits.wait_batches, self._batch_s(), self._fps
+        )
         try:
-            detections = await self._detect(frame, image)
+            detections = await self._detect(frame, image, wait_s)
         except (QueueFull, DeadlineExceeded) as exc:
-            late = time.monotonic() > frame.captured_at + self._limits.max_lag_s
+            late = time.monotonic() > frame.captured_at + wait_s
             self._drop("expired" if late or isinstance(exc, DeadlineExceeded) else "shed")
             return False
         except ServiceError as exc:  # model not serving (loading, swapped out, draining): a dropped frame
@@ -261,13 +268,13 @@ class StreamSession:
         return True
 
     def _answer_predicted(self, frame: Frame, position: float) -> None:
-        carried = self._predictor.predicted(position)
         if self._size is not None:
             size = scaled_size(*self._size, self._max_pixels)
         elif self._latest is not None:
             size = (self._latest.image.shape[1], self._latest.image.shape[0])
         else:
             size = (0, 0)
+        carried = self._predictor.predicted(position, size if size[0] and size[1] else None)
         since = max(1, carried.frames_since_detection)
         self._publish(frame, size, carried.as_detections(), carried.track_ids, since)
 
@@ -286,7 +293,7 @@ class StreamSession:
         labels = self._runtime.get(self.model_name, None).manifest.labels
         self.events.publish(frame_event(stream, frame, size, found, ids, labels, lag, since))
 
-    async def _detect(self, frame: Frame, image: np.ndarray) -> KeptDetections:
+    async def _detect(self, frame: Frame, image: np.ndarray, wait_s: float) -> KeptDetections:
         model = self._runtime.get(self.model_name, None)
         model.require_ready()
         labels = model.manifest.labels
@@ -296,7 +303,7 @@ class StreamSession:
         )
         with model.lease():
             async with self._pipeline.admit(
-                model, frame.captured_at, timeout_s=self._limits.max_lag_s, priority="stream"
+                model, frame.captured_at, timeout_s=wait_s, priority="stream"
             ) as run:
                 return (await run.detect_frames([image], params, labels=[f"stream {self.id}"]))[0].detections
 

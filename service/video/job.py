@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -81,13 +82,19 @@ class VideoOptions:
     max_frames: int | None = None
     track: bool = True
     detect_every: int = 1  # the detector runs on every K-th processed frame; the tracker fills the rest
+    detect_budget: float | None = None  # or on at most this many frames per second of video, evenly spaced
 
     def __post_init__(self) -> None:
-        if self.detect_every > 1 and not self.track:
-            raise BadRequest(
-                "detect_every needs track: the frames in between are answered by the tracker",
-                field="detect_every",
-            )
+        budget = self.detect_budget
+        if budget is not None and self.detect_every > 1:
+            raise BadRequest("give detect_every or detect_budget, not both", field="detect_budget")
+        if budget is not None and not (math.isfinite(budget) and budget > 0):
+            raise BadRequest(f"detect_budget must be a number > 0, got {budget!r}", field="detect_budget")
+        for name, sparse in (("detect_every", self.detect_every > 1), ("detect_budget", budget is not None)):
+            if sparse and not self.track:
+                raise BadRequest(
+                    f"{name} needs track: the frames in between are answered by the tracker", field=name
+                )
 
 
 @dataclass(frozen=True)
@@ -172,7 +179,12 @@ class VideoJob:
         # Frames processed per second of video: the asked rate, never more than the video's own.
         self.fps = min(rates) if rates else 30.0
         lost_s = config.track_lost_s
-        self.tracker = Tracker(TrackerConfig.for_fps(self.fps, lost_s)) if options.track else None
+        # Skipping frames: new tracks start with the velocity of their first two detections.
+        # The share of processed frames the detector sees (detect_budget: detections per second of video).
+        self._share = 1.0 if options.detect_budget is None else min(1.0, options.detect_budget / self.fps)
+        sparse = options.detect_every > 1 or self._share < 1.0
+        tracking = TrackerConfig.for_fps(self.fps, lost_s, start_velocity=sparse)
+        self.tracker = Tracker(tracking) if options.track else None
         self._predictor = (
             None if self.tracker is None else TrackPredictor(self.tracker, config.predict_max_frames)
         )
@@ -206,7 +218,6 @@ class VideoJob:
 
     async def _groups(self) -> AsyncIterator[list[FrameAnswer]]:
         keep = self.options.format == "mp4"
-        every = self.options.detect_every
         while self._next is not None:
             group, error = await self._next
             self._next = None
@@ -217,7 +228,7 @@ class VideoJob:
             if error is None:
                 self._decode_next()  # the next group decodes while the model runs this one
             positions = range(self.processed, self.processed + len(group))
-            detect = [frame for frame, at in zip(group, positions, strict=True) if at % every == 0]
+            detect = [frame for frame, at in zip(group, positions, strict=True) if self._chosen(at)]
             outcomes = iter(
                 await self.run.detect_frames(
                     [frame.image for frame in detect],
@@ -229,7 +240,7 @@ class VideoJob:
                 else []
             )
             answers = [
-                self._detected(frame, at, next(outcomes)) if at % every == 0 else self._predicted(frame, at)
+                self._detected(frame, at, next(outcomes)) if self._chosen(at) else self._predicted(frame, at)
                 for frame, at in zip(group, positions, strict=True)
             ]
             self.processed += len(group)
@@ -237,6 +248,14 @@ class VideoJob:
             yield answers
             if error is not None:
                 raise error  # after the frames decoded before it
+
+    def _chosen(self, position: int) -> bool:
+        """Whether the processed frame at ``position`` goes to the detector: every ``detect_every``-th; with
+        ``detect_budget``, the frame where the detections owed (position x share) pass a whole number."""
+        if self.options.detect_budget is None:
+            return position % self.options.detect_every == 0
+        owed = position * self._share + 1e-9  # 1e-9: 5 x 0.4 is 2 even in floating point
+        return position == 0 or math.floor(owed) > math.floor(owed - self._share)
 
     def _detected(self, frame: Frame, position: int, outcome: ImageOutcome) -> FrameAnswer:
         found = outcome.detections
@@ -247,9 +266,9 @@ class VideoJob:
         return FrameAnswer(frame, found, ids, outcome.width, outcome.height, outcome.masks, outcome.image)
 
     def _predicted(self, frame: Frame, position: int) -> FrameAnswer:
-        assert self._predictor is not None, "detect_every > 1 needs the tracker (VideoOptions)"
-        carried = self._predictor.predicted(float(position))
+        assert self._predictor is not None, "frames in between need the tracker (VideoOptions)"
         height, width = frame.image.shape[:2]
+        carried = self._predictor.predicted(float(position), (width, height))
         image = frame.image if self.options.format == "mp4" else None
         since = carried.frames_since_detection
         return FrameAnswer(

@@ -103,14 +103,19 @@ class TrackPredictor:
         side = np.maximum(np.minimum(start[:, 2] - start[:, 0], start[:, 3] - start[:, 1]), 1.0)
         return float(np.max(shift / side))
 
-    def predicted(self, position: float) -> Predicted:
+    def predicted(self, position: float, size: tuple[int, int] | None = None) -> Predicted:
         """The frame at ``position`` (after the last detected one): the live tracks advanced to it, or no
-        box once ``max_predicted_frames`` frames have passed without a detection (or before the first)."""
+        box once ``max_predicted_frames`` frames have passed without a detection (or before the first).
+        With the frame's ``size`` (width, height), boxes are clipped to it and a track predicted wholly
+        out of it is left out (its object has left the picture)."""
         self._since += 1
         if self._last is None or self._since > self.max_predicted_frames or not self._seen:
             return _empty(self._since)
         boxes, ids = self.tracker.predicted(max(0.0, position - self._last))
         known = [i for i, track_id in enumerate(ids) if int(track_id) in self._seen]
+        if size is not None:  # inside the frame only: a track predicted out of it has left
+            boxes = _inside(boxes, size)
+            known = [i for i in known if boxes[i, 2] > boxes[i, 0] and boxes[i, 3] > boxes[i, 1]]
         ids = ids[known]
         seen = [self._seen[int(track_id)] for track_id in ids]
         return Predicted(
@@ -120,6 +125,12 @@ class TrackPredictor:
             ids,
             self._since,
         )
+
+
+def _inside(boxes: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    width, height = size
+    inside: np.ndarray = np.clip(boxes, 0.0, np.array([width, height, width, height], dtype=np.float64))
+    return inside
 
 
 def _empty(since: int) -> Predicted:

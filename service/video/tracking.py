@@ -17,7 +17,9 @@ detection left unmatched starts a track, which gets its id once it has been matc
 Frames need not all be detected: ``update(boxes, scores, steps=k)`` advances every track by ``k`` frames
 (the filter's time step, not ``k`` empty updates, which would count each as a miss) before matching, and
 `Tracker.predicted` gives the confirmed tracks advanced to a frame between detections without changing
-them (`service.video.prediction` builds the frames in between from it).
+them (`service.video.prediction` builds the frames in between from it). Where detections are frames
+apart, ``TrackerConfig(start_velocity=True)`` starts tracks with their velocity (see the field); off by
+default, which is ByteTrack's start and the library's ids.
 
 Written here rather than imported because the library needs supervision (matplotlib, scipy) and
 opencv-python, about 170 MB more in the serving install and an OpenCV that conflicts with the service's
@@ -43,13 +45,20 @@ class TrackerConfig:
     match_iou: float = 0.1  # an assignment needs at least this IoU
     lost_frames: int = 30  # a track unmatched for more frames than this ends
     min_frames: int = 2  # consecutive matched frames before a track gets its id
+    # Where frames are skipped: a new track's second match sets its velocity to the displacement between
+    # its two detections per frame (False: the filter's estimate, ByteTrack's, about half of it), and a
+    # new track left unmatched by IoU (its zero-velocity prediction missed a fast object) takes the
+    # nearest unmatched high-score detection whose centre moved at most ``start_max_speed`` box sizes
+    # (its shorter side) per frame since, of an area within a factor of 2 of its own.
+    start_velocity: bool = False
+    start_max_speed: float = 0.6
 
     @classmethod
-    def for_fps(cls, fps: float, lost_s: float = 1.0) -> TrackerConfig:
+    def for_fps(cls, fps: float, lost_s: float = 1.0, start_velocity: bool = False) -> TrackerConfig:
         """The defaults for frames processed at ``fps`` per second, keeping lost tracks ``lost_s`` seconds."""
         if not fps > 0:
             raise ValueError(f"fps must be > 0, got {fps!r}")
-        return cls(lost_frames=max(1, math.ceil(lost_s * fps)))
+        return cls(lost_frames=max(1, math.ceil(lost_s * fps)), start_velocity=start_velocity)
 
 
 class _BoxFilter:
@@ -78,6 +87,11 @@ class _BoxFilter:
         box: np.ndarray = self.x[:4] + steps * self.x[4:]
         return box
 
+    def start_velocity(self, box: np.ndarray, first: np.ndarray, frames: float) -> None:
+        """Position ``box``, velocity its displacement from ``first`` over ``frames`` frames."""
+        self.x[:4] = box
+        self.x[4:] = (box - first) / frames
+
     def update(self, box: np.ndarray) -> None:
         innovation = box - self._H @ self.x
         pht = self.p @ self._H.T
@@ -94,9 +108,11 @@ class _BoxFilter:
 class _Track:
     def __init__(self, box: np.ndarray):
         self.filter = _BoxFilter(box)
+        self.first = np.asarray(box, dtype=np.float64).copy()  # the detection that started it
         self.track_id = -1  # until matched on min_frames consecutive frames
         self.missed = 0.0  # frames since the last match
         self.streak = 1  # consecutive matched frames (the first detection counts)
+        self.matches = 1  # detections matched in all (the first counts)
 
     def predict(self, steps: float = 1.0) -> None:
         self.filter.predict(steps)
@@ -104,10 +120,13 @@ class _Track:
             self.streak = 0
         self.missed += steps
 
-    def update(self, box: np.ndarray) -> None:
+    def update(self, box: np.ndarray, start_velocity: bool = False) -> None:
         self.filter.update(box)
+        if start_velocity and self.matches == 1 and self.missed > 0:  # its second detection
+            self.filter.start_velocity(box, self.first, self.missed)
         self.missed = 0.0
         self.streak += 1
+        self.matches += 1
 
 
 def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -195,6 +214,8 @@ class Tracker:
         matched, _, _ = _assign(box_iou(predicted[left_tracks], boxes[low]), cfg.match_iou)
         for row, col in matched:
             ids[low[col]] = self._matched(remaining[row], boxes[low[col]])
+        if cfg.start_velocity:
+            left_high = self._paired_starts(boxes, high, left_high, ids)
         for col in left_high:
             if scores[high[col]] >= cfg.activation_threshold:
                 self._tracks.append(_Track(boxes[high[col]]))
@@ -205,6 +226,34 @@ class Tracker:
             and (t.track_id >= 0 or t.streak >= cfg.min_frames or t.missed == 0)
         ]
         return ids
+
+    def _paired_starts(
+        self, boxes: np.ndarray, high: np.ndarray, left_high: list[int], ids: np.ndarray
+    ) -> list[int]:
+        """Pair new tracks unmatched on this frame (one detection so far) with the unmatched high-score
+        detections their object can have reached (`TrackerConfig.start_velocity`); the columns of
+        ``high`` still unmatched."""
+        starts = [t for t in self._tracks if t.track_id < 0 and t.matches == 1 and t.missed > 0]
+        if not starts or not left_high:
+            return left_high
+        firsts = np.array([t.first for t in starts])
+        found = boxes[high[left_high]]
+        centre_a = (firsts[:, :2] + firsts[:, 2:]) / 2
+        centre_b = (found[:, :2] + found[:, 2:]) / 2
+        moved = np.linalg.norm(centre_a[:, None, :] - centre_b[None, :, :], axis=2)
+        side = np.maximum(np.min(firsts[:, 2:] - firsts[:, :2], axis=1), 1.0)
+        reach = self.config.start_max_speed * side * np.array([t.missed for t in starts])
+        closeness = np.clip(1.0 - moved / reach[:, None], 0.0, None)  # 1: same place, 0: out of reach
+        area_a, area_b = (
+            np.prod(firsts[:, 2:] - firsts[:, :2], axis=1),
+            np.prod(found[:, 2:] - found[:, :2], axis=1),
+        )
+        ratio = area_a[:, None] / np.maximum(area_b[None, :], 1.0)
+        closeness[(ratio > 2.0) | (ratio < 0.5)] = 0.0  # not the same object
+        matched, _, unmatched = _assign(closeness, 1e-9)
+        for row, col in matched:
+            ids[high[left_high[col]]] = self._matched(starts[row], found[col])
+        return [left_high[col] for col in unmatched]
 
     def reset(self) -> None:
         """End every track (the frames changed size: old boxes mean nothing); ids keep counting up."""
@@ -218,7 +267,7 @@ class Tracker:
         return boxes, np.array([t.track_id for t in shown], dtype=np.int64)
 
     def _matched(self, track: _Track, box: np.ndarray) -> int:
-        track.update(box)
+        track.update(box, self.config.start_velocity)
         if track.track_id < 0 and track.streak >= self.config.min_frames:
             track.track_id = self._next_id
             self._next_id += 1

@@ -10,8 +10,8 @@ the boxes); that needs exactly one image.
 A video file (MP4, MOV, MKV, WebM: a ``video/*`` body, or a body or multipart file that starts like one) is
 answered while it decodes (`service.video.job`): NDJSON (``application/x-ndjson``), one `VideoFrameResult`
 line per processed frame and a last `VideoSummary` line, or with ``format=mp4`` (or ``Accept: video/mp4``)
-the video with boxes and track ids drawn. ``fps``, ``max_frames``, ``track`` and ``detect_every`` apply to
-videos only.
+the video with boxes and track ids drawn. ``fps``, ``max_frames``, ``track``, ``detect_every`` and
+``detect_budget`` apply to videos only.
 """
 
 from __future__ import annotations
@@ -197,6 +197,7 @@ async def detect(
                 query.max_frames,
                 query.track,
                 query.detect_every,
+                query.detect_budget,
             )
             return await _video_response(run, images[0], video_options, settings, resources, owned)
         fmt = fmt or _image_format(query.format, accept)

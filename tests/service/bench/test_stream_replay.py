@@ -86,3 +86,12 @@ def test_64_sessions_none_starved() -> None:
         assert min(group) >= 0.8 * float(np.mean(group))
     assert float(np.mean(idle)) >= 0.8 * float(np.mean(moving))
     assert sum(counts) / 6.0 <= CostModel().throughput  # what the detector does, not what the bounds ask
+
+
+def test_todays_loop_shares_the_detector_fairly_when_cameras_do_not_fit_in_a_batch() -> None:
+    """12 cameras, batches of 8: the frames enter the detector's queue oldest first, so no camera (the
+    first one, say) is detected more often than the others."""
+    cameras = [_moving_box(90, phase=i / 200) for i in range(12)]
+    detected = [len(_detected(answers)) for answers in replay_today(cameras, CostModel())]
+    assert min(detected) >= 0.8 * max(detected), detected
+    assert sum(detected) / 6.0 <= CostModel().throughput * 1.05  # 6 s of frames: at most the ceiling

@@ -6,7 +6,15 @@ import math
 
 import pytest
 
-from service.streams.schedule import Candidate, SchedulePolicy, TokenBudget, choose, must_detect, urgency
+from service.streams.schedule import (
+    Candidate,
+    SchedulePolicy,
+    TokenBudget,
+    choose,
+    must_detect,
+    start_deadline_s,
+    urgency,
+)
 
 POLICY = SchedulePolicy(active_every_frames=5, idle_every_s=1.0, motion_threshold=0.02)
 
@@ -24,6 +32,10 @@ def test_hard_bounds() -> None:
     assert must_detect(_c("moving", since=4, motion=0.5), POLICY)
     assert not must_detect(_c("idle", since=10, seconds=0.9), POLICY)  # idle: by time, not frames
     assert must_detect(_c("idle", since=1, seconds=1.0), POLICY)
+    # A new object: the first frame decided after its detection, however many were answered while the
+    # detection ran (its next detection gives the track its velocity).
+    assert must_detect(_c("new", since=0, new=1), POLICY)
+    assert must_detect(_c("new", since=3, new=1), POLICY)
 
 
 def test_forced_frames_go_even_over_the_budget_and_the_rest_by_urgency() -> None:
@@ -96,3 +108,11 @@ def test_forced_frames_past_the_room_go_when_they_waited_their_fair_share() -> N
     assert choose(candidates, 0, POLICY, forced_room=2) == ["s5", "s4"]  # the longest waiting first
     assert choose(candidates, 0, POLICY, forced_room=0, fair_age_s=0.3) == ["s5", "s4", "s3"]
     assert choose(candidates, 0, POLICY, forced_room=1, fair_age_s=0.3) == ["s5", "s4", "s3"]
+
+
+def test_the_start_deadline_is_a_few_batches_at_least_a_frame_at_most_the_lag_bound() -> None:
+    assert start_deadline_s(1.0, 2.0, 0.12, 15.0) == pytest.approx(0.24)
+    assert start_deadline_s(1.0, 2.0, 0.001, 15.0) == pytest.approx(1 / 15)  # never under a frame interval
+    assert start_deadline_s(1.0, 2.0, 0.8, 15.0) == 1.0  # never over stream_max_lag_ms
+    assert start_deadline_s(1.0, 2.0, None, 15.0) == 1.0  # batch time not measured yet
+    assert start_deadline_s(1.0, 0.0, 0.12, 15.0) == 1.0  # off

@@ -85,3 +85,17 @@ def test_steps_must_be_finite_and_not_negative() -> None:
             tracker.update(np.zeros((0, 4)), np.zeros(0), bad)
     with pytest.raises(ValueError, match="max_predicted_frames"):
         TrackPredictor(tracker, -1)
+
+
+def test_predicted_boxes_stay_inside_the_frame() -> None:
+    """A track predicted past the frame's edge is clipped to it, and left out once wholly outside."""
+    predictor = TrackPredictor(Tracker(TrackerConfig.for_fps(15.0)), max_predicted_frames=15)
+    for frame in range(6):
+        predictor.detected(float(frame), _kept([_box(frame, speed=20.0)]))
+    size = (200, 160)  # the box's right edge is at 160 px on frame 5, moving 20 px a frame
+    near = predictor.predicted(6.0, size)
+    assert near.track_ids.tolist() == [0] and near.boxes[0, 2] == pytest.approx(180.0, abs=2.0)
+    clipped = predictor.predicted(8.0, size)
+    assert clipped.track_ids.tolist() == [0] and clipped.boxes[0, 2] == 200.0
+    assert predictor.predicted(12.0, size).track_ids.tolist() == []  # its left edge is past 200 px
+    assert predictor.predicted(12.0).track_ids.tolist() == [0]  # without a size: not bounded

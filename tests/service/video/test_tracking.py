@@ -93,3 +93,37 @@ def test_box_iou() -> None:
         np.array([[0.0, 0, 10, 10]]), np.array([[5.0, 5, 15, 15], [20, 20, 30, 30], [0, 0, 10, 10]])
     )
     np.testing.assert_allclose(iou, [[25 / 175, 0.0, 1.0]])
+
+
+def _fast(frame: int, speed: float) -> np.ndarray:
+    x = 10.0 + speed * frame
+    return np.array([[x, 100.0, x + 50.0, 150.0]])
+
+
+@pytest.mark.parametrize("start_velocity", [False, True])
+def test_a_fast_object_detected_every_third_frame_keeps_its_track_with_start_velocity(
+    start_velocity: bool,
+) -> None:
+    """An object moving half a box width per frame, detected on frames 0, 3, 6, ...: its first two
+    detections are 75 px apart (no overlap), so ByteTrack's zero-velocity start never confirms it; with
+    ``start_velocity`` the two are paired and the third detection matches the predicted box."""
+    tracker = Tracker(TrackerConfig(start_velocity=start_velocity))
+    ids = []
+    for frame in range(0, 30, 3):
+        steps = 1.0 if frame == 0 else 3.0
+        ids.append(int(tracker.update(_fast(frame, 25.0), np.array([0.9]), steps=steps)[0]))
+    if start_velocity:
+        assert ids == [-1] + [0] * 9
+        assert tracker.ids_given == 1
+    else:
+        assert ids == [-1] * 10  # a new tentative track on every detection, never confirmed
+
+
+def test_start_velocity_pairs_only_within_reach() -> None:
+    tracker = Tracker(TrackerConfig(start_velocity=True, start_max_speed=0.6))
+    tracker.update(_fast(0, 0.0), np.array([0.9]))
+    # 2 frames later 100 px away: 2 box sides, more than 0.6 x 50 px x 2 frames.
+    moved = _fast(0, 0.0) + np.array([100.0, 0.0, 100.0, 0.0])
+    assert tracker.update(moved, np.array([0.9]), steps=2.0).tolist() == [-1]
+    assert tracker.tentative == 1  # the far one starts its own track; the first one ended unmatched
+    assert not TrackerConfig().start_velocity  # ByteTrack's start unless asked (the parity tests above)

@@ -101,6 +101,41 @@ def test_detect_every_needs_track_and_a_sane_value(client: TestClient) -> None:
     assert client.post("/detect?detect_every=0", **post).status_code in (400, 422)
 
 
+def test_detect_budget_detects_that_many_frames_per_second_of_video_evenly_spaced(client: TestClient) -> None:
+    data = make_video(frames=20, fps=10, background=BRIGHT)
+    post = {"content": data, "headers": {"content-type": "video/mp4"}}
+    lines = _lines(client.post("/detect?detect_budget=4", **post))  # 4 a second of a 10 fps video
+    frames, summary = lines[:-1], lines[-1]
+    assert [f["frame"] for f in frames] == list(range(20))  # every frame answered
+    detected = [f["frame"] for f in frames if f["source"] == "detected"]
+    assert detected == [0, 3, 5, 8, 10, 13, 15, 18]  # 2.5 frames apart on average, the first always
+    assert summary["frames_detected"] == 8
+    assert [f["frames_since_detection"] for f in frames[:6]] == [0, 1, 2, 0, 1, 0]
+    ids = sorted(d["track_id"] for d in frames[5]["detections"])
+    assert ids == [0, 1, 2] and sorted(d["track_id"] for d in frames[6]["detections"]) == ids  # predicted
+    # With fps, the budget is per second of video still: 4 a second of 5 processed frames a second.
+    lines = _lines(client.post("/detect?fps=5&detect_budget=4", **post))
+    assert [f["source"] for f in lines[:-1]].count("detected") == 8 and lines[-1]["frames_processed"] == 10
+    # A budget above the processed rate: every frame detected.
+    lines = _lines(client.post("/detect?detect_budget=30", **post))
+    assert lines[-1]["frames_detected"] == 20
+
+
+def test_bad_detect_budgets_are_refused_naming_the_field(client: TestClient) -> None:
+    post = {"content": make_video(frames=4, background=BRIGHT), "headers": {"content-type": "video/mp4"}}
+    for query in (
+        "detect_budget=0",
+        "detect_budget=-1",
+        "detect_budget=abc",
+        "detect_budget=5000",
+        "detect_budget=2&detect_every=3",
+        "detect_budget=2&track=false",
+    ):
+        response = client.post(f"/detect?{query}", **post)
+        assert response.status_code in (400, 422), (query, response.text)
+        assert "detect_budget" in response.text, (query, response.text)
+
+
 def test_format_mp4_is_the_video_with_boxes_drawn(client: TestClient) -> None:
     data = make_video(frames=6, background=BRIGHT)
     response = client.post("/detect?format=mp4", content=data, headers={"content-type": "video/mp4"})

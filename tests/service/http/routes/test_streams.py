@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -249,6 +250,38 @@ def test_an_interactive_request_goes_before_queued_stream_frames(
     # frame gave its place back).
     assert all(round(v) == 255 for v in backend.calls[0])
     assert 7 in [round(v) for v in backend.calls[1]]
+
+
+@pytest.mark.parametrize("wait_batches", [2.0, 0.0])
+def test_frames_behind_a_detection_that_cannot_start_are_answered_within_the_bound(
+    make_client: MakeClient, toy_repo: Path, source: SourceServer, gated: GatedFactory, wait_batches: float
+) -> None:
+    """Inference holds with one session's frame in the only batch: the other session's detection cannot
+    start. With stream_detect_wait_batches its frame expires after a frame interval (the toy's batches
+    take milliseconds) and its frames keep being answered by prediction; with 0, only after
+    stream_max_lag_ms (1 s): nothing is answered in the first 0.6 s."""
+    settings = settings_for(source, max_batch_size=1, stream_detect_wait_batches=wait_batches)
+    client = make_client(toy_repo, **settings)
+    backend = gated.backends["toy"]
+    ids = [
+        client.post("/v1/streams", json={"url": source.url(f"mjpeg/wait-{i}")}).json()["id"] for i in (0, 1)
+    ]
+    for stream_id in ids:  # batches ran: the model's batch time is measured
+        wait_until(lambda s=stream_id: int(stream_info(client, s)["frames_detected"]) >= 4, what="detections")
+    backend.entered.clear()
+    backend.gate.clear()
+    assert backend.entered.wait(10)  # one session's frame holds the only batch
+    before = [frames_processed(client, s) for s in ids]
+    time.sleep(0.6)
+    answered = [frames_processed(client, s) - b for s, b in zip(ids, before, strict=True)]
+    dropped = [int(stream_info(client, s)["dropped_frames"]) for s in ids]  # type: ignore[call-overload]
+    backend.gate.set()
+    if wait_batches:
+        assert max(answered) >= 5 and max(dropped) >= 3  # 0.6 s at 15 fps: ~9 frames, ~1 in 2 detected
+    else:
+        assert max(answered) <= 1  # all behind the detection waiting its 1 s
+    for stream_id in ids:
+        assert client.delete(f"/v1/streams/{stream_id}").status_code == 204
 
 
 def test_what_is_refused_and_why(make_client: MakeClient, toy_repo: Path, source: SourceServer) -> None:
