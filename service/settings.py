@@ -310,6 +310,9 @@ class Settings(BaseSettings):
     stream_predict_max_frames: int = Field(default=15, ge=0)
     stream_motion_threshold: float = Field(default=0.02, gt=0, le=1)
     stream_schedule_interval_ms: float = Field(default=10.0, gt=0, le=1000)
+    # A batch carries at most this many stream frames: the batch an interactive request waits for is that
+    # short (the stream budget and start deadlines are timed at this size).
+    stream_batch_size: int = Field(default=1, gt=0)
     # Server-Sent Events clients per session, and events buffered for each (a slower client loses the
     # oldest; the count is in its stream's metrics).
     stream_max_subscribers: int = Field(default=8, gt=0)

@@ -299,6 +299,7 @@ class ModelRuntime:
                 latency_budget_s=self.settings.batch_latency_budget_ms / 1000.0,
                 inline=self.inline,
                 workers=model.backend.streams,
+                stream_batch_size=self.settings.stream_batch_size,
             )
             model.batcher.start()
             model.state = "ready"

@@ -175,12 +175,12 @@ class StreamManager:
         return session
 
     def _throughput(self, model_name: str) -> float | None:
-        """The model's images per second at full batches (None: not known yet, or not loaded)."""
+        """The model's images per second in batches of stream frames (None: not known yet, or not loaded)."""
         try:
             batcher = self._runtime.get(model_name, None).batcher
         except ServiceError:  # unloaded meanwhile
             return None
-        return None if batcher is None else batcher.throughput()
+        return None if batcher is None else batcher.throughput(batcher.stream_batch_size)
 
     def _batch_s(self, model_name: str) -> float | None:
         """Seconds one full batch of the model takes, as its batcher measures them (None: not known)."""
@@ -193,12 +193,12 @@ class StreamManager:
         return batcher.batch_times.seconds(batcher.max_batch_size)
 
     def _spare(self, model_name: str) -> int:
-        """A batch when the model's detector is idle (nothing running or queued), else 0."""
+        """A batch of stream frames when the model's detector is idle (nothing running or queued), else 0."""
         try:
             batcher = self._runtime.get(model_name, None).batcher
         except ServiceError:
             return 0
-        return 0 if batcher is None or batcher.busy else batcher.max_batch_size
+        return 0 if batcher is None or batcher.busy else batcher.stream_batch_size
 
     def all(self) -> list[StreamSession]:
         self.require_enabled()

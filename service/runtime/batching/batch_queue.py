@@ -27,8 +27,9 @@ Priority = Literal["interactive", "bulk", "stream"]
 class BatchQueue(Generic[In, Out]):
     """Waiting requests of one model (event-loop thread only)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, stream_limit: int | None = None) -> None:
         self.name = name
+        self.stream_limit = stream_limit  # stream frames in one batch at most (None: no limit of their own)
         self.interactive: deque[Pending[In, Out]] = deque()
         self.bulk: deque[Pending[In, Out]] = deque()  # taken after interactive items
         self.streams: deque[Pending[In, Out]] = deque()  # taken last
@@ -88,10 +89,16 @@ class BatchQueue(Generic[In, Out]):
                 self.bulk.appendleft(batch.pop(index))
             queues = (self.streams,)
         for queue in queues:
-            while queue and len(batch) < limit and not over_budget(batch):
+            while queue and len(batch) < limit and not over_budget(batch) and self._room_for(queue, batch):
                 pending = queue.popleft()
                 if not pending.future.done():
                     batch.append(pending)
+
+    def _room_for(self, queue: deque[Pending[In, Out]], batch: list[Pending[In, Out]]) -> bool:
+        """Whether ``batch`` may take one more item of ``queue``: stream frames up to ``stream_limit``."""
+        if queue is not self.streams or self.stream_limit is None:
+            return True
+        return sum(1 for p in batch if p.background) < self.stream_limit
 
     def drain(self) -> list[Pending[In, Out]]:
         """Every request held, removed (the batch being formed first)."""

@@ -90,6 +90,7 @@ class DynamicBatcher(Generic[In, Out]):
         latency_budget_s: float = 0.1,
         inline: InlineWork | None = None,
         workers: int = 1,
+        stream_batch_size: int | None = None,
     ):
         if not isinstance(max_batch_size, int) or max_batch_size < 1:
             raise ValueError(f"max_batch_size must be an integer >= 1, got {max_batch_size!r}")
@@ -113,7 +114,9 @@ class DynamicBatcher(Generic[In, Out]):
         self._metrics: BatcherMetrics = metrics or NoMetrics()
         self._inline = inline
 
-        self._waiting: BatchQueue[In, Out] = BatchQueue(name)
+        # Stream frames per batch at most (`BatchQueue.take`): the batch an interactive request waits for.
+        self.stream_batch_size = min(stream_batch_size or max_batch_size, max_batch_size)
+        self._waiting: BatchQueue[In, Out] = BatchQueue(name, self.stream_batch_size)
         self._dispatching: list[Pending[In, Out]] = []  # closed, being handed to the worker
         # Set on anything the collector may be waiting for: a new request, a finished batch, stop().
         self._changed = asyncio.Event()
@@ -189,13 +192,14 @@ class DynamicBatcher(Generic[In, Out]):
         """A guess at when the queue will have room: the time to run what is queued now."""
         return retry_after_s(self.expected_finish_s(1), 0.0)
 
-    def throughput(self) -> float | None:
-        """Images per second at full batches with every worker busy, from the fitted batch times (None
-        before the first batch)."""
-        seconds = self.batch_times.seconds(self.max_batch_size)
+    def throughput(self, size: int | None = None) -> float | None:
+        """Images per second in batches of ``size`` (default: full batches) with every worker busy, from the
+        fitted batch times (None before the first batch)."""
+        size = self.max_batch_size if size is None else size
+        seconds = self.batch_times.seconds(size)
         if not self.batch_times.known or seconds <= 0:
             return None
-        return self.max_batch_size * len(self._worker.workers) / seconds
+        return size * len(self._worker.workers) / seconds
 
     def expected_finish_s(self, images: int, priority: Priority = "interactive") -> float:
         """Seconds until ``images`` queued now would be done, from the measured batch times (0: unknown)."""

@@ -93,3 +93,23 @@ def test_tiles_come_after_interactive_items_and_before_stream_frames_and_are_nev
         assert not any(p.future.done() for p in queue.bulk)
 
     asyncio.run(scenario())
+
+
+def test_a_batch_carries_at_most_stream_limit_frames() -> None:
+    """The batch an interactive request may have to wait for stays short: frames fill at most the limit."""
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        queue: BatchQueue[str, str] = BatchQueue("m", stream_limit=2)
+        for name in ("f1", "f2", "f3"):
+            queue.append(_pending(loop, name, stream=True))
+        batch: list[Pending[str, str]] = []
+        queue.take(batch, 8, _never)
+        assert [p.item for p in batch] == ["f1", "f2"] and [p.item for p in queue.streams] == ["f3"]
+        queue.append(_pending(loop, "a"))  # interactive items are not limited by it
+        queue.append(_pending(loop, "b"))
+        mixed: list[Pending[str, str]] = []
+        queue.take(mixed, 8, _never)
+        assert [p.item for p in mixed] == ["a", "b", "f3"]
+
+    asyncio.run(scenario())

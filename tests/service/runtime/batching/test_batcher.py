@@ -404,5 +404,7 @@ def test_throughput_is_full_batches_per_second_from_the_fitted_batch_times() -> 
             batcher.batch_times.observe(1, 0.02)  # 10 ms per image + 10 ms per batch
             batcher.batch_times.observe(2, 0.03)
             assert batcher.throughput() == pytest.approx(expected)
+            # In batches of 2 (the stream frames' size): 2 images per 30 ms per worker.
+            assert batcher.throughput(2) == pytest.approx(workers * 2 / 0.03)
 
     asyncio.run(run())
