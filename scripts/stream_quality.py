@@ -26,14 +26,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import av
 import numpy as np
-from trackers.eval import evaluate_mot_sequence
+from video_quality import evaluate_mot_lines, mot_line  # scripts/: the same MOT scoring
 
 from service.bench.stream_replay import (
     Answer,
@@ -102,27 +101,12 @@ def score(gt_path: Path, answers: list[Answer | None]) -> dict[str, float]:
             continue
         for box, conf, track_id in zip(answer.boxes, answer.scores, answer.track_ids, strict=True):
             if track_id >= 0:
-                x1, y1, x2, y2 = (float(v) for v in box)
-                lines.append(
-                    f"{frame},{track_id + 1},{x1:.2f},{y1:.2f},{x2 - x1:.2f},{y2 - y1:.2f},{conf:.4f},-1,-1"
-                )
+                lines.append(mot_line(frame, int(track_id), box, float(conf)))
     if not lines:  # nothing tracked at all: every ground-truth box is a miss
         boxes = len(gt_path.read_text().splitlines())
         return {"hota": 0.0, "idf1": 0.0, "mota": 0.0, "recall": 0.0, "precision": 0.0, "num_objects": boxes}
-    with tempfile.TemporaryDirectory() as folder:
-        hypotheses = Path(folder) / "tracks.txt"
-        hypotheses.write_text("\n".join(lines) + "\n")
-        result = evaluate_mot_sequence(gt_path, hypotheses, metrics=["CLEAR", "HOTA", "Identity"])
-    clear, identity, hota = result.CLEAR, result.Identity, result.HOTA
-    assert clear is not None and identity is not None and hota is not None
-    return {
-        "hota": hota.HOTA,
-        "idf1": identity.IDF1,
-        "mota": clear.MOTA,
-        "recall": clear.CLR_Re,
-        "precision": clear.CLR_Pr,
-        "num_objects": clear.CLR_TP + clear.CLR_FN,
-    }
+    scores = evaluate_mot_lines(gt_path, lines)
+    return {key: scores[key] for key in ("hota", "idf1", "mota", "recall", "precision", "num_objects")}
 
 
 def timing(gt_path: Path, answers: list[Answer | None]) -> dict[str, float]:

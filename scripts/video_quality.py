@@ -113,10 +113,19 @@ def score(gt_path: Path, detections: list[KeptDetections], ids: list[np.ndarray]
     for frame, (kept, frame_ids) in enumerate(zip(detections, ids, strict=True), start=1):
         for box, score, track_id in zip(kept.boxes, kept.scores, frame_ids, strict=True):
             if track_id >= 0:
-                x1, y1, x2, y2 = (float(v) for v in box)
-                lines.append(
-                    f"{frame},{track_id + 1},{x1:.2f},{y1:.2f},{x2 - x1:.2f},{y2 - y1:.2f},{score:.4f},-1,-1"
-                )
+                lines.append(mot_line(frame, int(track_id), box, float(score)))
+    return evaluate_mot_lines(gt_path, lines)
+
+
+def mot_line(frame: int, track_id: int, box: Any, score: float) -> str:
+    """One tracked box as a line of a MOTChallenge file (frame and id counting from 1, x, y, w, h)."""
+    x1, y1, x2, y2 = (float(v) for v in box)
+    return f"{frame},{track_id + 1},{x1:.2f},{y1:.2f},{x2 - x1:.2f},{y2 - y1:.2f},{score:.4f},-1,-1"
+
+
+def evaluate_mot_lines(gt_path: Path, lines: list[str]) -> dict[str, float]:
+    """MOTA, IDF1, HOTA and their parts of the tracked boxes ``lines`` against ``gt_path`` (TrackEval's
+    definitions, through ``trackers.eval``)."""
     with tempfile.TemporaryDirectory() as folder:
         hypotheses = Path(folder) / "tracks.txt"
         hypotheses.write_text("\n".join(lines) + "\n")

@@ -8,9 +8,6 @@ the worker busier but made batches of two windows, and a single image waited for
 
 from __future__ import annotations
 
-import asyncio
-from collections import deque
-
 import numpy as np
 
 from service.pipeline.tasks import gather_in_order
@@ -20,7 +17,6 @@ from service.runtime.batching.batch_worker import ItemTimes
 from service.runtime.model_runtime import LoadedModel
 
 Outputs = dict[str, np.ndarray]
-WINDOWS_IN_FLIGHT = 1
 
 
 async def infer(
@@ -38,25 +34,13 @@ async def infer(
     ``window``: queue this many inputs at a time, one window after the other; None: all at once.
     """
     times = [ItemTimes() for _ in images]
-
-    def submit(start: int, end: int) -> asyncio.Future[list[Outputs]]:
-        return asyncio.ensure_future(
-            gather_in_order(model.submit(images[i], deadline, times[i], priority) for i in range(start, end))
-        )
-
-    step = len(images) if window is None or window >= len(images) else max(1, window)
-    queued: deque[asyncio.Future[list[Outputs]]] = deque()
+    step = max(1, len(images) if window is None else window)
     outputs: list[Outputs] = []
-    try:
-        for start in range(0, len(images), step):
-            if len(queued) == WINDOWS_IN_FLIGHT:
-                outputs += await queued.popleft()
-            queued.append(submit(start, min(start + step, len(images))))
-        while queued:
-            outputs += await queued.popleft()
-    finally:
-        for pending in queued:  # an error or a cancelled request: its later windows never run
-            pending.cancel()
+    for start in range(0, len(images), step):  # an error or a cancellation ends it: later windows never run
+        outputs += await gather_in_order(
+            model.submit(images[i], deadline, times[i], priority)
+            for i in range(start, min(start + step, len(images)))
+        )
     for image_times in times:
         stages.batched(image_times)
     return outputs
