@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from contract.manifest import InputSpec, Label, Manifest, Provenance
-from exporters.artifact import name_and_version, staged_directory, tool_versions, utc_now
+from contract.manifest import InputSpec, Label, Manifest
+from exporters.artifact import name_and_version, staged_directory, utc_now
 from exporters.errors import ExportError
 from exporters.evaluation.golden import golden_for_images
 from exporters.importing.anchors import load_anchors
@@ -27,6 +27,7 @@ from exporters.importing.heads import build_graph, head_inputs, post_module
 from exporters.importing.source import SourceModel, load_source, reference_outputs
 from exporters.importing.spec import AnchorHead, DetectionsHead, ImportSpec, read_labels, read_spec
 from exporters.importing.verify import Sample, Tolerances, verify_import
+from exporters.manifests import provenance
 from exporters.onnx.graph import check, op_counts, store_weights_fp16
 
 
@@ -170,8 +171,6 @@ def _manifest(
         display_score_threshold=spec.display_score_threshold,
         iou_threshold=p.iou_threshold,
         max_detections=p.max_detections,
-        provenance=Provenance(
-            export_settings=export_settings, tool_versions=tool_versions(), created_at=utc_now()
-        ),
+        provenance=provenance(export_settings, checkpoint_sha256=None, training_config={}),
         verification={**verification, "checked_at": utc_now()},
     )
