@@ -213,8 +213,12 @@
     player.src = URL.createObjectURL(file);
     $("clip-view").hidden = false;
     status(`Sending ${file.name}...`);
+    const params = new URLSearchParams();
     const model = document.getElementById("model").value;
-    const query = model ? `?model=${encodeURIComponent(model)}` : "";
+    if (model) params.set("model", model);
+    const every = Number.parseInt($("clip-detect-every").value, 10);
+    if (every > 1) params.set("detect_every", String(every));
+    const query = params.size ? `?${params}` : "";
     try {
       const response = await fetch(`/detect${query}`, {
         method: "POST",

@@ -18,7 +18,15 @@ deadline, whichever is first. The decision, for the batch being formed:
 
 Otherwise the batch waits; `wait_s` says how long before the decision is worth taking again.
 
-Under either policy, a model with several batch workers (`service.runtime.batching.worker_pool`) asks
+The ``adaptive`` policy closes a batch as ``fixed`` does, and then the free worker takes only as much of it
+as pays (`dispatch_size`): from the time each batch size measured lately, the first batch of the split of
+the waiting requests that minimises their summed completion time, but at least the size whose throughput
+keeps up with the arrival rate with `KEEP_UP_HEADROOM`. At low load that runs
+requests one by one, as a server without batching does, wherever a batch costs as much as its images run
+alone (on OpenVINO a batch of two can cost more: see `service.runtime.batching.wait_estimate`); once the
+arrivals outpace single requests, batches grow to the size that keeps up.
+
+Under any policy, a model with several batch workers (`service.runtime.batching.worker_pool`) asks
 `pool_share` how much of a closed batch the free worker takes, the rest waiting for the next free one.
 """
 
@@ -30,6 +38,9 @@ from dataclasses import dataclass
 
 # The arrival-rate estimate follows the last ~this many gaps (exponential moving average).
 RATE_SMOOTHING = 16
+# The adaptive policy sizes batches for this multiple of the arrival rate, so the worker stays below ~80%
+# busy and a burst drains instead of queueing behind batches that only just keep up.
+KEEP_UP_HEADROOM = 1.25
 
 
 @dataclass(frozen=True)
@@ -128,6 +139,28 @@ class ArrivalRate:
             return 0.0
         gap = max(self._gap, (now - self._last) * self._alpha + self._gap * (1 - self._alpha))
         return 1.0 / gap if gap > 0 else math.inf
+
+
+def dispatch_size(
+    waiting: int, batch_seconds: Callable[[int], float], *, rate: float, max_batch_size: int
+) -> int:
+    """Adaptive policy, one worker: how many of ``waiting`` requests run now.
+
+    Every batch delays all the requests still waiting by its time, so running the ``waiting`` requests as
+    batches ``k1, k2, ...`` sums to ``waiting * t(k1) + (waiting - k1) * t(k2) + ...``; the first batch of the
+    split that minimises this (dynamic programming over the sizes, smaller first on a tie), but at least
+    the size whose throughput keeps up with the arrival rate raised by `KEEP_UP_HEADROOM` (`keep_up_size`).
+    """
+    if waiting <= 1:
+        return waiting
+    summed = [0.0] * (waiting + 1)
+    first = [0] * (waiting + 1)
+    for queued in range(1, waiting + 1):
+        summed[queued], first[queued] = min(
+            (queued * batch_seconds(k) + summed[queued - k], k) for k in range(1, queued + 1)
+        )
+    floor = keep_up_size(rate * KEEP_UP_HEADROOM, max_batch_size, batch_seconds)
+    return max(first[waiting], min(floor, waiting))
 
 
 def pool_share(

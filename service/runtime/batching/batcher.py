@@ -25,6 +25,9 @@ With ``policy="latency"`` the close decision is `service.runtime.batching.batch_
 it uses the fitted batch-time model, the arrival rate and each request's latency budget (``latency_budget_s``
 or its deadline) to stop a batch from growing past what keeps its oldest request within budget, and to wait
 for company only when that lowers the summed completion time. ``max_queue_delay_s`` is then unused.
+With ``policy="adaptive"`` batches close as under ``fixed``, and the free worker takes only the share of a
+closed batch that pays (`service.runtime.batching.batch_close.dispatch_size`): one by one at low load,
+larger batches once the arrivals outpace single requests.
 
 With an `service.runtime.batching.inline.InlineWork`, a batch of interactive items that finds nothing else
 running in the service and is expected to be short runs on the event loop itself instead of the worker
@@ -60,8 +63,9 @@ Out = TypeVar("Out")
 
 # Why a batch was dispatched; the label values of the batch-close metric.
 CLOSE_REASONS = ("full", "delay", "deadline", "drain", "idle", "budget")
-# How a batch closes: "fixed" (full, max_queue_delay_s, deadline, idle worker) or "latency" (batch_close).
-BATCH_POLICIES = ("fixed", "latency")
+# How a batch closes: "fixed" (full, max_queue_delay_s, deadline, idle worker), "adaptive" (as fixed, and
+# the free worker takes the share that pays: batch_close.dispatch_size) or "latency" (batch_close).
+BATCH_POLICIES = ("fixed", "adaptive", "latency")
 
 # A batch closes this long before its earliest deadline, so that request can still start in time.
 DEFAULT_DEADLINE_MARGIN_S = 0.002
@@ -355,7 +359,10 @@ class DynamicBatcher(Generic[In, Out]):
                 continue
             reason = self._close_reason(batch, now) or ("budget" if capped else None)
             if reason is not None and self._worker.idle:
-                share = self._worker.share(len(batch), self._arrivals.rate(now), self.max_batch_size)
+                adaptive = self.policy == "adaptive"
+                share = self._worker.share(
+                    len(batch), self._arrivals.rate(now), self.max_batch_size, adaptive=adaptive
+                )
                 batch, self._waiting.forming = batch[:share], batch[share:]
                 self._metrics.queue_depth(self.queue_depth)
                 return batch, reason

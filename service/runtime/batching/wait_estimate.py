@@ -3,6 +3,10 @@
 Batch time is modelled as ``a * n + b`` (per-image cost plus fixed overhead), least squares over the
 last `HISTORY` batches, as BentoML's adaptive batcher does. With one batch size seen so far the model is
 proportional (``t * n / size``); with none, nothing is known and nothing is predicted.
+
+`BatchTimeModel.size_seconds` is the time measured for one batch size (a moving average per size), for
+runtimes whose batch time is not linear in the size: OpenVINO runs a batch of one on a graph compiled for
+that shape and the other sizes on the dynamic graph, so a batch of two can cost more than two of one.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ import math
 from collections import deque
 
 HISTORY = 50
+# The per-size averages follow the last ~this many batches of that size (exponential moving average).
+SIZE_SMOOTHING = 9
 
 
 class BatchTimeModel:
@@ -20,11 +26,15 @@ class BatchTimeModel:
         self._observed: deque[tuple[int, float]] = deque(maxlen=history)
         self._coefficients: tuple[float, float] | None = None
         self._spread_seen = False
+        self._by_size: dict[int, float] = {}
+        self._size_alpha = 2.0 / (SIZE_SMOOTHING + 1)
 
     def observe(self, size: int, seconds: float) -> None:
         # Runs on the event loop once per batch: closed-form least squares in plain floats (numpy's
         # polyfit and unique cost ~20x more for 50 points).
         self._observed.append((size, seconds))
+        last = self._by_size.get(size)
+        self._by_size[size] = seconds if last is None else last + self._size_alpha * (seconds - last)
         n = len(self._observed)
         sum_x = sum_y = sum_xx = sum_xy = 0.0
         for x, y in self._observed:
@@ -56,6 +66,11 @@ class BatchTimeModel:
             return 0.0
         a, b = self._coefficients
         return a * size + b
+
+    def size_seconds(self, size: int) -> float:
+        """Time of a batch of ``size`` as measured for that size lately (the linear fit before it has run)."""
+        measured = self._by_size.get(size)
+        return self.seconds(size) if measured is None else measured
 
 
 def expected_finish_s(

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
-from service.runtime.batching.batch_close import pool_share
+from service.runtime.batching.batch_close import KEEP_UP_HEADROOM, dispatch_size, pool_share
 from service.runtime.batching.batch_worker import BatcherMetrics, BatchWorker, Pending
 from service.runtime.batching.wait_estimate import BatchTimeModel
 
@@ -66,22 +66,31 @@ class WorkerPool(Generic[In, Out]):
         """When ``worker``'s running batch should end (`time.monotonic`), by the fitted batch time."""
         return worker.running_since + self.batch_times.seconds(worker.running_size)
 
-    def share(self, size: int, rate: float = 0.0, max_batch_size: int | None = None) -> int:
+    def share(
+        self, size: int, rate: float = 0.0, max_batch_size: int | None = None, *, adaptive: bool = False
+    ) -> int:
         """How much of a closed batch of ``size`` the free member takes now; the rest waits for the next
         member to free up (`batch_close.pool_share`, with ``rate`` the model's arrival rate; everything
-        while the fit has seen one batch size only)."""
+        while the fit has seen one batch size only). ``adaptive`` (the adaptive batching policy): judged
+        on the time each batch size measured (`BatchTimeModel.size_seconds`), with one worker too
+        (`batch_close.dispatch_size`)."""
         idle = self.next_idle()
-        if len(self.workers) == 1 or size <= 1 or idle is None or not self.batch_times.fitted:
+        if size <= 1 or idle is None or not self.batch_times.fitted:
             return size
+        seconds = self.batch_times.size_seconds if adaptive else self.batch_times.seconds
+        if len(self.workers) == 1:
+            if not adaptive:
+                return size
+            return dispatch_size(size, seconds, rate=rate, max_batch_size=max_batch_size or size)
         now = time.monotonic()
         next_free = min(
             0.0 if w.idle else max(0.0, self._finishes_at(w) - now) for w in self.workers if w is not idle
         )
         return pool_share(
             size,
-            self.batch_times.seconds,
+            seconds,
             next_free,
-            rate_per_worker=rate / len(self.workers),
+            rate_per_worker=rate * (KEEP_UP_HEADROOM if adaptive else 1.0) / len(self.workers),
             max_batch_size=max_batch_size,
         )
 

@@ -406,3 +406,33 @@ def test_video_tab_shows_an_uploaded_clips_frames_with_track_ids(
     )
     assert overlay[0] > 0 and overlay[1] > 0  # boxes drawn
     browser.save_screenshot(str(tmp_path / "page-video-clip.png"))
+
+
+def test_video_tab_sends_detect_every_and_shows_the_predicted_frames(
+    browser: Any, server: Server, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    clip = webm_clip(tmp_path / "shapes.webm")
+    answer = httpx.post(
+        f"{server.url}/detect?detect_every=3",
+        content=clip.read_bytes(),
+        headers={"content-type": "video/webm"},
+        timeout=WAIT_S,
+    )
+    assert answer.status_code == 200, answer.text
+    lines = [json.loads(line) for line in answer.text.splitlines()]
+    assert {line["source"] for line in lines[:-1]} == {"detected", "predicted"}
+
+    browser.get(f"{server.url}/")
+    wait_for(browser, "document.getElementById('model').options.length > 0", "the model list")
+    browser.find_element(By.ID, "tab-video").click()
+    every = browser.find_element(By.ID, "clip-detect-every")
+    every.clear()
+    every.send_keys("3")
+    browser.find_element(By.ID, "clip").send_keys(str(clip))
+    wait_for(browser, "window.detectVideo.clip && window.detectVideo.clip.done", "the clip's answer")
+    shown = browser.execute_script("return window.detectVideo.clip")
+    assert shown["error"] is None
+    assert shown["frames"] == lines[:-1] and shown["summary"] == lines[-1]
+    browser.save_screenshot(str(tmp_path / "page-video-detect-every.png"))

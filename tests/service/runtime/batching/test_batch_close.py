@@ -149,3 +149,35 @@ def test_pool_share_splits_when_the_other_worker_frees_soon() -> None:
 
     assert pool_share(4, large_fixed_cost, 0.0) == 2  # both free: side by side still wins
     assert pool_share(4, large_fixed_cost, 0.030) == 4  # a second batch would pay the fixed cost late
+
+
+def test_dispatch_size_runs_one_by_one_until_arrivals_outpace_single_requests() -> None:
+    from service.runtime.batching.batch_close import KEEP_UP_HEADROOM, dispatch_size
+
+    # EfficientDet-D0 INT8 on OpenVINO: batch 1 on its static graph, the others on the dynamic one.
+    measured = {1: 0.0084, 2: 0.0176, 3: 0.0240, 4: 0.0300, 8: 0.0551}
+
+    def times(n: int) -> float:
+        return measured.get(n, 0.0084 * n * 0.95)
+
+    # Two waiting: a batch of two costs more than two of one, so one now, the other right after.
+    assert dispatch_size(2, times, rate=20.0, max_batch_size=8) == 1
+    assert dispatch_size(1, times, rate=20.0, max_batch_size=8) == 1
+    # Arrivals near what single requests can serve (1 / 8.4 ms = 119/s, less the headroom): a batch that
+    # keeps up (batch 4: 133/s, the smallest whose throughput covers the rate with the headroom).
+    rate = 105.0
+    assert 1 / times(1) < rate * KEEP_UP_HEADROOM < 4 / times(4)
+    assert dispatch_size(8, times, rate=rate, max_batch_size=8) == 4
+    assert dispatch_size(3, times, rate=rate, max_batch_size=8) == 3  # fewer waiting than that: all
+    # Beyond what any size keeps up with: the size with the most throughput (batch 8, 145/s).
+    assert dispatch_size(8, times, rate=400.0, max_batch_size=8) == 8
+
+
+def test_dispatch_size_batches_at_once_where_a_batch_has_a_large_fixed_cost() -> None:
+    from service.runtime.batching.batch_close import dispatch_size
+
+    gpu_like = linear(1, 20)  # 20 ms per batch, 1 ms per image
+    assert dispatch_size(2, gpu_like, rate=1.0, max_batch_size=8) == 2
+    assert dispatch_size(8, gpu_like, rate=1.0, max_batch_size=8) == 8
+    per_image_only = linear(10, 0)
+    assert dispatch_size(8, per_image_only, rate=1.0, max_batch_size=8) == 1

@@ -65,3 +65,18 @@ def test_fitted_once_two_batch_sizes_were_seen() -> None:
     assert model.known and not model.fitted  # proportional: the per-batch cost is assumed 0
     model.observe(4, 0.3)
     assert model.fitted
+
+
+def test_size_seconds_is_what_each_size_measured_lately() -> None:
+    model = BatchTimeModel()
+    for _ in range(20):
+        model.observe(1, 0.008)  # a graph compiled for batch 1
+        model.observe(2, 0.018)  # the dynamic graph: two cost more than two of one
+        model.observe(8, 0.055)
+    assert model.size_seconds(1) == pytest.approx(0.008)
+    assert model.size_seconds(2) == pytest.approx(0.018)
+    assert model.size_seconds(8) == pytest.approx(0.055)
+    assert model.size_seconds(4) == pytest.approx(model.seconds(4))  # not run yet: the linear fit
+    for _ in range(30):
+        model.observe(2, 0.012)  # the average follows the recent batches of that size
+    assert model.size_seconds(2) == pytest.approx(0.012, rel=0.01)

@@ -126,3 +126,40 @@ def test_a_free_worker_takes_its_share_and_leaves_the_rest_for_the_other() -> No
         pool.shutdown()
 
     asyncio.run(scenario())
+
+
+def test_one_worker_splits_a_closed_batch_only_under_the_adaptive_policy() -> None:
+    pool: WorkerPool[int, int] = WorkerPool("m", lambda items: items, NoMetrics(), lambda: None, count=1)
+    assert pool.share(6, adaptive=True) == 6  # one batch size seen at most: the whole batch
+    for _ in range(5):
+        pool.batch_times.observe(1, 0.008)
+        pool.batch_times.observe(4, 0.040)  # four cost more than four of one
+    assert pool.share(6, rate=10.0, max_batch_size=8) == 6  # fixed: the whole closed batch
+    assert pool.share(6, rate=10.0, max_batch_size=8, adaptive=True) == 1
+    pool.shutdown()
+
+
+def test_the_adaptive_policy_runs_a_batch_that_costs_more_one_request_at_a_time() -> None:
+    async def scenario() -> list[int]:
+        sizes: list[int] = []
+
+        def run_batch(items: list[int]) -> Sequence[int]:
+            sizes.append(len(items))
+            time.sleep(0.015 * len(items) - 0.005)  # a batch costs more than its images one by one
+            return items
+
+        batcher: DynamicBatcher[int, int] = DynamicBatcher(
+            "m", run_batch, max_batch_size=8, max_queue_delay_s=0.005, max_queue_size=16,
+            dispatch_when_idle=True, policy="adaptive",
+        )  # fmt: skip
+        for _ in range(3):
+            batcher.batch_times.observe(1, 0.010)
+            batcher.batch_times.observe(4, 0.055)
+        batcher.start()
+        try:
+            assert await asyncio.gather(*(batcher.submit(i) for i in range(4))) == [0, 1, 2, 3]
+        finally:
+            await batcher.stop(timeout=5)
+        return sizes
+
+    assert asyncio.run(scenario()) == [1, 1, 1, 1]
