@@ -15,11 +15,14 @@ line per variant.
 
 A variant whose env has ``BENCH_SERVER=bare`` is not ``detect-serve`` but `service.bench.bare_server`: one
 thread running each request inline, no batching (what the request path is measured against);
-``BENCH_SERVER=bare-thread``: the same app handing each request's work to one dedicated thread:
+``BENCH_SERVER=litserve``: `service.bench.peer_litserve`, a LitServe server (a dev dependency) running the
+bare app's pipeline with LitServe's dynamic batching (``BENCH_MAX_BATCH_SIZE``, ``BENCH_BATCH_TIMEOUT``); its
+CPU counts its child processes:
 
     .venv/bin/python scripts/bench_request_path.py --model-repository REPO --images IMG.jpg --client wrk \
         --concurrency 1 --rounds 3 --window 8 \
-        --variants '{"detect-serve": {}, "bare inline app": {"BENCH_SERVER": "bare"}}'
+        --variants '{"detect-serve": {}, "bare app": {"BENCH_SERVER": "bare"},
+                     "litserve": {"BENCH_SERVER": "litserve"}}'
 
 The raw yardstick is ``--raw pipeline`` (default: decode to JSON inline in this process, from the same
 image bytes) or ``--raw backend`` (inference alone).
@@ -70,12 +73,23 @@ def start(repository: str, env: dict[str, str]) -> tuple[subprocess.Popen[bytes]
             "--port",
             str(port),
         ]
+    ready = "/health/ready"
+    if env.get("BENCH_SERVER") == "litserve":  # service.bench.peer_litserve (litserve: a dev dependency)
+        command = [sys.executable, "-m", "service.bench.peer_litserve", "--model", repository]
+        command += ["--port", str(port)]
+        for option, name in (
+            ("--max-batch-size", "BENCH_MAX_BATCH_SIZE"),
+            ("--batch-timeout", "BENCH_BATCH_TIMEOUT"),
+        ):
+            if name in env:
+                command += [option, str(env[name])]
+        ready = "/health"  # LitServe's: 200 once its worker has loaded the model
     process = subprocess.Popen(command, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         try:
-            if httpx.get(f"{url}/health/ready", timeout=5).status_code == 200:
+            if httpx.get(f"{url}{ready}", timeout=5).status_code == 200:
                 return process, url
         except httpx.HTTPError:
             pass

@@ -33,13 +33,48 @@ class CpuTimes:
 
 
 def cpu_times(pid: int, proc: Path = PROC) -> CpuTimes:
-    """User and system CPU seconds of process ``pid`` (all its threads) so far."""
-    stat = (proc / str(pid) / "stat").read_text()
-    # The command name (field 2) is in parentheses and may hold spaces: split after its closing one.
-    fields = stat[stat.rindex(")") + 2 :].split()
+    """User and system CPU seconds so far of process ``pid`` (all its threads) and of its live descendants
+    (a server that works in child processes, as LitServe does, is counted whole)."""
     ticks = os.sysconf("SC_CLK_TCK")
-    # utime, stime: fields 14, 15
-    return CpuTimes(int(fields[11]) / ticks, int(fields[12]) / ticks, voluntary_switches(pid, proc))
+    user = system = 0
+    switches = 0
+    for member in [pid, *descendants(pid, proc)]:
+        try:
+            fields = _stat_fields(member, proc)
+            member_switches = voluntary_switches(member, proc)
+        except OSError:
+            if member == pid:
+                raise
+            continue  # a child that ended meanwhile
+        # utime, stime: fields 14, 15
+        user, system, switches = user + int(fields[11]), system + int(fields[12]), switches + member_switches
+    return CpuTimes(user / ticks, system / ticks, switches)
+
+
+def _stat_fields(pid: int, proc: Path) -> list[str]:
+    """/proc/PID/stat from field 3 on (the command name, field 2, is in parentheses and may hold spaces)."""
+    stat = (proc / str(pid) / "stat").read_text()
+    return stat[stat.rindex(")") + 2 :].split()
+
+
+def descendants(pid: int, proc: Path = PROC) -> list[int]:
+    """The live processes below ``pid`` (children, their children, ...), from each process's parent pid."""
+    children: dict[int, list[int]] = {}
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int(_stat_fields(int(entry.name), proc)[1])  # field 4: ppid
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(entry.name))
+    found: list[int] = []
+    frontier = [pid]
+    while frontier:
+        below = children.get(frontier.pop(), [])
+        found += below
+        frontier += below
+    return found
 
 
 def voluntary_switches(pid: int, proc: Path = PROC) -> int:

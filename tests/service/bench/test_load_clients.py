@@ -263,6 +263,35 @@ def test_cpu_times_and_the_listening_pid() -> None:
         assert listener_pid(listener.getsockname()[1]) == os.getpid()
 
 
+def test_cpu_times_count_the_live_child_processes_too() -> None:
+    import subprocess
+    import sys
+
+    from service.bench.proc_cpu import descendants
+
+    burn = (
+        "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\ntime.sleep(30)"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", f"import subprocess, sys; subprocess.run([sys.executable, '-c', {burn!r}])"]
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and (
+            not descendants(parent.pid) or cpu_times(descendants(parent.pid)[0]).total_s < 0.3
+        ):
+            time.sleep(0.1)
+        (child,) = descendants(parent.pid)
+        whole, child_alone = cpu_times(parent.pid).total_s, cpu_times(child).total_s
+        assert child_alone >= 0.3  # it burnt its 0.3 s
+        assert whole >= child_alone and whole - child_alone < 0.2  # counted in the parent's; the parent idles
+    finally:
+        for pid in descendants(parent.pid):
+            os.kill(pid, 9)
+        parent.kill()
+        parent.wait()
+
+
 def test_a_thread_that_blocks_counts_voluntary_switches() -> None:
     before = cpu_times(os.getpid())
     for _ in range(20):
