@@ -55,6 +55,9 @@ class StreamsResult:
     interactive_ms_p50: float | None
     interactive_ms_p99: float | None
     server_cpu_percent: float  # 100 = one core
+    # Share of the window the model's detector was running a batch (its inference seconds / the window):
+    # near 1 means it never idled while frames waited.
+    detector_busy: float
     server_rss_mb: float  # the server's resident memory at the end of the window
     load_average: tuple[float, float, float]
     cpus: int
@@ -150,11 +153,13 @@ def _measure(
     asking = threading.Thread(target=_ask_interactively, args=(url, model, interactive, counting, stop))
     asking.start()
     time.sleep(args.warmup)
+    busy0 = _inference_seconds(client, model)
     before, cpu0, t0 = _snapshot(client), cpu_times(pid).total_s, time.monotonic()
     counting.set()
     time.sleep(args.duration)
     counting.clear()
     after, cpu1, t1 = _snapshot(client), cpu_times(pid).total_s, time.monotonic()
+    busy1 = _inference_seconds(client, model)
     rss_mb = _rss_mb(pid)
     stop.set()
     for stream_id in ids:
@@ -187,6 +192,7 @@ def _measure(
         interactive_ms_p50=round(float(np.percentile(asked, 50)), 1) if asked.size else None,
         interactive_ms_p99=round(float(np.percentile(asked, 99)), 1) if asked.size else None,
         server_cpu_percent=round(100 * (cpu1 - cpu0) / elapsed, 1),
+        detector_busy=round((busy1 - busy0) / elapsed, 3),
         server_rss_mb=round(rss_mb, 1),
         load_average=os.getloadavg(),
         cpus=os.cpu_count() or 0,
@@ -199,6 +205,16 @@ def _snapshot(client: object) -> dict[str, dict[str, float]]:
 
     assert isinstance(client, httpx.Client)
     return {s["id"]: s for s in client.get("/v1/streams").json()["streams"]}
+
+
+def _inference_seconds(client: object, model: str) -> float:
+    """The model's summed batch inference time so far, from ``detect_inference_seconds`` in /metrics."""
+    import httpx
+
+    from service.bench.scrape import histogram_totals
+
+    assert isinstance(client, httpx.Client)
+    return histogram_totals(client.get("/metrics").text, model).get("detect_inference_seconds", (0.0, 0.0))[0]
 
 
 def _ask_interactively(
@@ -245,5 +261,6 @@ def _row(r: StreamsResult) -> str:
         f"  detected mean {r.detected_fps_mean:5.2f} min {r.detected_fps_min:5.2f}"
         f"  dropped {sum(r.dropped):5d}  lag p50 {r.lag_ms_p50} ms p99 {r.lag_ms_p99} ms"
         f"  /detect p50 {r.interactive_ms_p50} ms p99 {r.interactive_ms_p99} ms ({r.interactive_ok} ok)"
-        f"  server CPU {r.server_cpu_percent:.0f}% RSS {r.server_rss_mb:.0f} MB  load {r.load_average[0]:.2f}"
+        f"  detector busy {r.detector_busy:.2f}  server CPU {r.server_cpu_percent:.0f}%"
+        f" RSS {r.server_rss_mb:.0f} MB  load {r.load_average[0]:.2f}"
     )
