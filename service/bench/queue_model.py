@@ -12,11 +12,16 @@ seeded process `detect-bench http --arrival poisson` sends.
 
 What it leaves out: requests' costs overlapping each other on spare cores (a gain), and the machine's
 noise and the server's pauses (a loss). docs/cpu-inference.md compares its predictions with measured runs.
+
+The cost may also be `SizeCosts`, the time measured per batch size (OpenVINO runs a batch of one on its own
+static graph, so a batch of two can cost more than two of one), and the worker may take fewer than all
+waiting requests: ``dispatch(waiting, rate) -> n`` (e.g. the ``adaptive`` batching policy's
+`service.runtime.batching.batch_close.dispatch_size`); `DISPATCH` names the service's policies.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,6 +60,62 @@ class BatchCost:
 
 
 @dataclass(frozen=True)
+class SizeCosts:
+    """A batch of ``n`` keeps the worker ``batch_ms[n]`` milliseconds; sizes between two given ones are
+    interpolated linearly, sizes past the largest extrapolated along the last two."""
+
+    batch_ms: Mapping[int, float]
+
+    def __post_init__(self) -> None:
+        if len(self.batch_ms) < 2 or 1 not in self.batch_ms or any(v <= 0 for v in self.batch_ms.values()):
+            raise ValueError(f"need batch 1 and one more size, all > 0 ms, got {dict(self.batch_ms)}")
+
+    def ms(self, n: int) -> float:
+        sizes = sorted(self.batch_ms)
+        if n in self.batch_ms:
+            return float(self.batch_ms[n])
+        below = max((s for s in sizes if s < n), default=sizes[0])
+        above = min((s for s in sizes if s > n), default=None)
+        if above is None:  # past the largest: along the last two sizes
+            below, above = sizes[-2], sizes[-1]
+        slope = (self.batch_ms[above] - self.batch_ms[below]) / (above - below)
+        return float(self.batch_ms[below] + slope * (n - below))
+
+
+Cost = BatchCost | SizeCosts
+# (requests waiting when the worker frees, arrival rate per second) -> how many start now.
+Dispatch = Callable[[int, float], int]
+
+
+def _all(waiting: int, rate: float) -> int:
+    return waiting
+
+
+def _one(waiting: int, rate: float) -> int:
+    return min(waiting, 1)
+
+
+def adaptive_dispatch(cost: Cost, max_batch: int) -> Dispatch:
+    """The ``adaptive`` policy's rule (`service.runtime.batching.batch_close.dispatch_size`) on ``cost``,
+    with the arrival rate known exactly."""
+    from service.runtime.batching.batch_close import dispatch_size
+
+    def seconds(n: int) -> float:
+        return cost.ms(n) / 1000.0
+
+    return lambda waiting, rate: dispatch_size(waiting, seconds, rate=rate, max_batch_size=max_batch)
+
+
+# The service's policies as dispatch rules: "fixed" takes everything waiting (up to max_batch), "adaptive"
+# its share, "none" one at a time (max_batch_size 1).
+DISPATCH: dict[str, Callable[[Cost, int], Dispatch]] = {
+    "fixed": lambda cost, max_batch: _all,
+    "adaptive": adaptive_dispatch,
+    "none": lambda cost, max_batch: _one,
+}
+
+
+@dataclass(frozen=True)
 class Predicted:
     rate: float
     requests: int
@@ -67,10 +128,11 @@ class Predicted:
 
 def simulate(
     rate: float,
-    cost: BatchCost,
+    cost: Cost,
     max_batch: int = 8,
     requests: int = 100_000,
     seed: int = DEFAULT_SEED,
+    dispatch: Dispatch = _all,
 ) -> Predicted:
     """Latency (arrival to answer) of ``requests`` Poisson arrivals at ``rate`` per second."""
     if max_batch < 1 or requests < 1:
@@ -83,8 +145,9 @@ def simulate(
     first = 0
     while first < count:
         start = max(free_at, arrivals[first])
-        # Everything that has arrived by the start, up to max_batch (arrivals are sorted).
-        last = min(int(np.searchsorted(arrivals, start, side="right")), first + max_batch)
+        # Everything that has arrived by the start, up to max_batch (arrivals are sorted); the rule's share.
+        waiting = min(int(np.searchsorted(arrivals, start, side="right")), first + max_batch) - first
+        last = first + max(1, min(waiting, dispatch(waiting, rate)))
         free_at = start + cost.ms(last - first)
         latency[first:last] = free_at - arrivals[first:last]
         batches += 1
@@ -94,21 +157,23 @@ def simulate(
 
 
 def highest_rate(
-    cost: BatchCost,
+    cost: Cost,
     bound_ms: float,
     max_batch: int = 8,
     requests: int = 100_000,
     seed: int = DEFAULT_SEED,
     steps: int = 14,
+    dispatch: Dispatch = _all,
 ) -> float:
     """The highest rate (to ~1e-4 of the worker's capacity) whose predicted p99 is within ``bound_ms``;
     0.0 when even a lone request takes longer than the bound."""
     if cost.ms(1) > bound_ms:
         return 0.0
-    low, high = 0.0, 1000.0 * max_batch / cost.ms(max_batch)  # above capacity the queue grows without end
+    # Above capacity the queue grows without end.
+    low, high = 0.0, max(1000.0 * n / cost.ms(n) for n in range(1, max_batch + 1))
     for _ in range(steps):
         middle = (low + high) / 2
-        if simulate(middle, cost, max_batch, requests, seed).p99_ms <= bound_ms:
+        if simulate(middle, cost, max_batch, requests, seed, dispatch).p99_ms <= bound_ms:
             low = middle
         else:
             high = middle

@@ -49,3 +49,18 @@ def test_the_highest_rate_keeps_its_p99_within_the_bound_and_falls_as_costs_rise
     assert simulate(cheap_rate * 1.05, cheap, requests=20_000).p99_ms > 100.0
     assert 0 < dear_rate < cheap_rate
     assert highest_rate(BatchCost(60.0, 50.0), 100.0) == 0.0  # one request alone takes 110 ms
+
+
+def test_size_costs_interpolate_and_a_dispatch_rule_sets_the_batches() -> None:
+    from service.bench.queue_model import DISPATCH, SizeCosts
+
+    cost = SizeCosts({1: 8.0, 2: 18.0, 8: 54.0})
+    assert [cost.ms(n) for n in (1, 2, 5, 8, 9)] == [8.0, 18.0, 36.0, 54.0, 60.0]
+    with pytest.raises(ValueError, match="batch 1"):
+        SizeCosts({2: 10.0, 8: 30.0})
+    one_by_one = simulate(60.0, cost, dispatch=DISPATCH["none"](cost, 8), requests=3000)
+    everything = simulate(60.0, cost, dispatch=DISPATCH["fixed"](cost, 8), requests=3000)
+    adaptive = simulate(60.0, cost, dispatch=DISPATCH["adaptive"](cost, 8), requests=3000)
+    assert one_by_one.mean_batch == 1.0 and everything.mean_batch > 1.0
+    assert adaptive.mean_batch == 1.0  # well below what single requests serve (125/s): one at a time
+    assert adaptive.p99_ms == one_by_one.p99_ms < everything.p99_ms
