@@ -39,7 +39,7 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from service.runtime.batching.batcher import CLOSE_REASONS
+from service.runtime.batching.close_rules import CLOSE_REASONS
 from service.runtime.heap import GcPauses
 from service.runtime.quality_metrics import QualityMetrics
 

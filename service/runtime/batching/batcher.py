@@ -1,14 +1,9 @@
 """Dynamic batching: many concurrent requests, one inference call per batch.
 
 One `DynamicBatcher` serves one loaded model. Each request waits on its own future. A batch starts with
-the oldest waiting request and closes when it is full, when ``max_queue_delay_s`` has passed since that
-first request arrived, or just before the earliest deadline in it would pass. With ``dispatch_when_idle``
-a batch also closes as soon as the worker is idle: a request that finds nothing running starts at once
-instead of waiting out the delay for company, and batches still form from what arrives while the worker
-is busy (the delay then only matters with the option off). Inference runs in a
-dedicated thread, so the next batch forms while the current one runs; if the worker is still busy when
-a batch closes, the batch keeps filling (up to the maximum size) until the worker is free, because it
-could not start any sooner.
+the oldest waiting request and closes by the policy's rules (`service.runtime.batching.close_rules`).
+Inference runs in a dedicated thread, so the next batch forms while the current one runs; if the worker is
+still busy when a batch closes, the batch keeps filling (up to the maximum size) until the worker is free.
 
 Before a batch runs, requests whose caller gave up (cancelled: e.g. the client disconnected) or whose
 deadline has passed (504) are dropped, so they cost no compute. A failing batch fails each of its
@@ -20,14 +15,6 @@ of a tiled request, `service.pipeline.inference`) or ``stream`` (a frame of a ca
 `service.streams`). Interactive items go into a batch first and shed queued stream frames when the queue is
 full (`service.runtime.batching.batch_queue`); their expected wait counts only the interactive items ahead
 of them. Bulk items come next and are never shed. A stream frame is refused when the queue is full.
-
-With ``policy="latency"`` the close decision is `service.runtime.batching.batch_close.close_reason` instead:
-it uses the fitted batch-time model, the arrival rate and each request's latency budget (``latency_budget_s``
-or its deadline) to stop a batch from growing past what keeps its oldest request within budget, and to wait
-for company only when that lowers the summed completion time. ``max_queue_delay_s`` is then unused.
-With ``policy="adaptive"`` batches close as under ``fixed``, and the free worker takes only the share of a
-closed batch that pays (`service.runtime.batching.batch_close.dispatch_size`): one by one at low load,
-larger batches once the arrivals outpace single requests.
 
 With an `service.runtime.batching.inline.InlineWork`, a batch of interactive items that finds nothing else
 running in the service and is expected to be short runs on the event loop itself instead of the worker
@@ -49,9 +36,9 @@ from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
 from service.errors import DeadlineExceeded, QueueFull, ServiceError, ServiceUnavailable
-from service.runtime.batching.batch_close import ArrivalRate, BatchState, close_reason, wait_s
 from service.runtime.batching.batch_queue import BatchQueue, Priority
 from service.runtime.batching.batch_worker import BatcherMetrics, ItemTimes, NoMetrics, Pending
+from service.runtime.batching.close_rules import CloseRules
 from service.runtime.batching.inline import InlineWork
 from service.runtime.batching.wait_estimate import expected_finish_s, retry_after_s
 from service.runtime.batching.worker_pool import WorkerPool
@@ -61,11 +48,6 @@ logger = logging.getLogger(__name__)
 In = TypeVar("In")
 Out = TypeVar("Out")
 
-# Why a batch was dispatched; the label values of the batch-close metric.
-CLOSE_REASONS = ("full", "delay", "deadline", "drain", "idle", "budget")
-# How a batch closes: "fixed" (full, max_queue_delay_s, deadline, idle worker), "adaptive" (as fixed, and
-# the free worker takes the share that pays: batch_close.dispatch_size) or "latency" (batch_close).
-BATCH_POLICIES = ("fixed", "adaptive", "latency")
 
 # A batch closes this long before its earliest deadline, so that request can still start in time.
 DEFAULT_DEADLINE_MARGIN_S = 0.002
@@ -102,19 +84,9 @@ class DynamicBatcher(Generic[In, Out]):
             raise ValueError(f"max_queue_delay_s must be >= 0, got {max_queue_delay_s!r}")
         if not isinstance(max_queue_size, int) or max_queue_size < 1:
             raise ValueError(f"max_queue_size must be an integer >= 1, got {max_queue_size!r}")
-        if policy not in BATCH_POLICIES:
-            raise ValueError(f"policy must be one of {BATCH_POLICIES}, got {policy!r}")
-        if not latency_budget_s > 0:
-            raise ValueError(f"latency_budget_s must be > 0, got {latency_budget_s!r}")
         self.name = name
-        self.policy = policy
-        self.latency_budget_s = float(latency_budget_s)
-        self._arrivals = ArrivalRate()
         self.max_batch_size = max_batch_size
-        self.max_queue_delay_s = float(max_queue_delay_s)
         self.max_queue_size = max_queue_size
-        self.deadline_margin_s = deadline_margin_s
-        self.dispatch_when_idle = dispatch_when_idle
         self._metrics: BatcherMetrics = metrics or NoMetrics()
         self._inline = inline
 
@@ -128,6 +100,15 @@ class DynamicBatcher(Generic[In, Out]):
             name, run_batch, self._metrics, self._changed.set, count=workers
         )
         self.batch_times = self._worker.batch_times
+        self._rules = CloseRules(
+            self._worker,
+            policy=policy,
+            max_batch_size=max_batch_size,
+            max_queue_delay_s=max_queue_delay_s,
+            deadline_margin_s=deadline_margin_s,
+            dispatch_when_idle=dispatch_when_idle,
+            latency_budget_s=latency_budget_s,
+        )
         self._task: asyncio.Task[None] | None = None
         self._failure: BaseException | None = None
         self._stopping = False
@@ -282,7 +263,7 @@ class DynamicBatcher(Generic[In, Out]):
             bulk=priority == "bulk",
         )
         self._waiting.append(pending)
-        self._arrivals.arrived(now)
+        self._rules.arrivals.arrived(now)
         self._metrics.queue_depth(self.queue_depth)
         self._changed.set()
         try:
@@ -357,12 +338,9 @@ class DynamicBatcher(Generic[In, Out]):
                     return None
                 await self._wait_for_change(None)
                 continue
-            reason = self._close_reason(batch, now) or ("budget" if capped else None)
+            reason = self._rules.reason(batch, now, self._stopping) or ("budget" if capped else None)
             if reason is not None and self._worker.idle:
-                adaptive = self.policy == "adaptive"
-                share = self._worker.share(
-                    len(batch), self._arrivals.rate(now), self.max_batch_size, adaptive=adaptive
-                )
+                share = self._rules.share(len(batch), now)
                 batch, self._waiting.forming = batch[:share], batch[share:]
                 self._metrics.queue_depth(self.queue_depth)
                 return batch, reason
@@ -370,54 +348,13 @@ class DynamicBatcher(Generic[In, Out]):
                 # Closed but the worker is busy: wait for it (or for more requests to top up with).
                 capped = capped or reason == "budget"
                 await self._wait_for_change(None)
-            elif self.policy == "latency":
-                await self._wait_for_change(wait_s(self._batch_state(batch, now)))
             else:
-                close_at = batch[0].enqueued_at + self.max_queue_delay_s
-                earliest = min(p.deadline for p in batch) - self.deadline_margin_s
-                await self._wait_for_change(min(close_at, earliest) - now)
+                await self._wait_for_change(self._rules.open_for_s(batch, now))
 
     def _take(self, batch: list[Pending[In, Out]], limit: int) -> None:
         """Fill ``batch`` up to ``limit`` (`BatchQueue.take`; the latency policy's budget may stop it)."""
-        self._waiting.take(batch, limit, self._over_budget)
+        self._waiting.take(batch, limit, self._rules.over_budget)
         self._metrics.queue_depth(self.queue_depth)
-
-    def _close_reason(self, batch: list[Pending[In, Out]], now: float) -> str | None:
-        if len(batch) >= self.max_batch_size:
-            return "full"
-        if self._stopping:
-            return "drain"
-        if self.policy == "latency":
-            known = self.batch_times.seconds if self.batch_times.known else None
-            return close_reason(self._batch_state(batch, now), known, fitted=self.batch_times.fitted)
-        if now >= batch[0].enqueued_at + self.max_queue_delay_s:
-            return "delay"
-        if any(p.deadline - self.deadline_margin_s <= now for p in batch):
-            return "deadline"
-        if self.dispatch_when_idle and self._worker.idle:
-            return "idle"
-        return None
-
-    def _over_budget(self, batch: list[Pending[In, Out]]) -> bool:
-        """Latency policy: one more request would keep the batch's oldest past its budget."""
-        if self.policy != "latency" or not batch or not self.batch_times.fitted:
-            return False
-        return close_reason(self._batch_state(batch, time.monotonic()), self.batch_times.seconds) == "budget"
-
-    def _batch_state(self, batch: list[Pending[In, Out]], now: float) -> BatchState:
-        earliest_deadline = min(p.deadline for p in batch)
-        running, running_since = self._worker.next_free()
-        remaining = self.batch_times.seconds(running) - (now - running_since) if running else 0.0
-        return BatchState(
-            size=len(batch),
-            max_batch_size=self.max_batch_size,
-            now=now,
-            oldest_budget_end=min(batch[0].enqueued_at + self.latency_budget_s, earliest_deadline),
-            earliest_start_by=earliest_deadline - self.deadline_margin_s,
-            worker_idle=self._worker.idle,
-            worker_remaining_s=max(0.0, remaining),
-            arrival_rate=self._arrivals.rate(now),
-        )
 
     async def _wait_for_change(self, timeout: float | None) -> None:
         try:
