@@ -20,11 +20,12 @@ Otherwise the batch waits; `wait_s` says how long before the decision is worth t
 
 The ``adaptive`` policy closes a batch as ``fixed`` does, and then the free worker takes only as much of it
 as pays (`dispatch_size`): from the time each batch size measured lately, the first batch of the split of
-the waiting requests that minimises their summed completion time, but at least the size whose throughput
-keeps up with the arrival rate with `KEEP_UP_HEADROOM`. At low load that runs
-requests one by one, as a server without batching does, wherever a batch costs as much as its images run
-alone (on OpenVINO a batch of two can cost more: see `service.runtime.batching.wait_estimate`); once the
-arrivals outpace single requests, batches grow to the size that keeps up.
+the waiting requests that minimises their summed completion time while single requests keep up with the
+arrival rate (with `KEEP_UP_HEADROOM`), else at least the waiting size that serves the most per second.
+At low load that runs requests one by one, as a server without batching does, wherever a batch costs as
+much as its images run alone (on OpenVINO a batch of two can cost more: see
+`service.runtime.batching.wait_estimate`); once the arrivals outpace single requests, batches grow to the
+size that serves the most.
 
 Under any policy, a model with several batch workers (`service.runtime.batching.worker_pool`) asks
 `pool_share` how much of a closed batch the free worker takes, the rest waiting for the next free one.
@@ -146,10 +147,11 @@ def dispatch_size(
 ) -> int:
     """Adaptive policy, one worker: how many of ``waiting`` requests run now.
 
-    Every batch delays all the requests still waiting by its time, so running the ``waiting`` requests as
+    While single requests keep up with the arrival rate raised by `KEEP_UP_HEADROOM` (`keep_up_size`):
+    every batch delays all the requests still waiting by its time, so running the ``waiting`` requests as
     batches ``k1, k2, ...`` sums to ``waiting * t(k1) + (waiting - k1) * t(k2) + ...``; the first batch of the
-    split that minimises this (dynamic programming over the sizes, smaller first on a tie), but at least
-    the size whose throughput keeps up with the arrival rate raised by `KEEP_UP_HEADROOM` (`keep_up_size`).
+    split that minimises this (dynamic programming over the sizes, smaller first on a tie). Once they do
+    not, at least the size among those waiting that serves the most requests per second.
     """
     if waiting <= 1:
         return waiting
@@ -159,8 +161,11 @@ def dispatch_size(
         summed[queued], first[queued] = min(
             (queued * batch_seconds(k) + summed[queued - k], k) for k in range(1, queued + 1)
         )
-    floor = keep_up_size(rate * KEEP_UP_HEADROOM, max_batch_size, batch_seconds)
-    return max(first[waiting], min(floor, waiting))
+    if keep_up_size(rate * KEEP_UP_HEADROOM, max_batch_size, batch_seconds) == 1:
+        return first[waiting]
+    # Single requests do not keep up: the size among those waiting that serves the most per second.
+    fastest = max(range(1, waiting + 1), key=lambda k: (k / max(batch_seconds(k), 1e-9), k))
+    return max(first[waiting], fastest)
 
 
 def pool_share(
