@@ -1,10 +1,11 @@
 """The documentation site's reference pages, written from the code: the settings table from
-``service.settings.Settings`` (its fields and the comments above them) and one page per console script
+``service.settings.Settings`` (its fields and the comments above them), the metrics from the service's
+Prometheus registry, and one page per console script
 (``[project.scripts]`` in pyproject.toml) from its ``--help``, subcommands included.
 
 ::
 
-    .venv/bin/python scripts/docs_reference.py           # rewrite docs/reference/settings.md and cli/*.md
+    .venv/bin/python scripts/docs_reference.py           # rewrite docs/reference/{settings,metrics,cli/*}.md
     .venv/bin/python scripts/docs_reference.py --check   # exit 1 if a committed page differs
 
 ``tests/scripts/test_docs_reference.py`` fails when a committed page is stale.
@@ -217,6 +218,51 @@ def cli_page(tool: str, target: str) -> str:
     return "\n".join(out)
 
 
+# --- metrics --------------------------------------------------------------------------------------------
+
+
+def metrics_page() -> str:
+    """Every metric family the service registers (the service's, and those sample capture, rollouts and
+    stream sessions add to the same registry), with its type, labels and help text."""
+    from service.capture.recorder import CaptureMetrics
+    from service.runtime.metrics import ServiceMetrics
+    from service.runtime.rollout import RolloutMetrics
+    from service.streams.metrics import StreamMetrics
+
+    metrics = ServiceMetrics()
+    CaptureMetrics(metrics.registry)
+    RolloutMetrics(metrics.registry)
+    StreamMetrics(metrics.registry)
+    labels: dict[str, tuple[str, ...]] = {}
+    for collector in getattr(metrics.registry, "_collector_to_names", {}):
+        name = getattr(collector, "_name", None)
+        if name:
+            labels[name] = tuple(getattr(collector, "_labelnames", ()))
+    suffix = {
+        "counter": "`_total`",
+        "histogram": "`_bucket`, `_sum`, `_count`",
+        "summary": "`_sum`, `_count`",
+    }
+    out = [
+        GENERATED.format(source="the service's Prometheus registry (service.runtime.metrics and others)"),
+        "# Metrics\n",
+        "`GET /metrics` (or the port `DETECT_METRICS_PORT` names) answers these families in Prometheus' text "
+        "format, with the client library's `process_*` families (CPU, memory, file descriptors) on Linux. "
+        "Dashboards, alert rules and a runbook per alert: [operations.md](../operations.md).\n",
+        "| metric | type | labels | meaning |",
+        "|---|---|---|---|",
+    ]
+    for family in sorted(metrics.registry.collect(), key=lambda f: f.name):
+        if not family.name.startswith("detect_"):  # process_*: the client library's, on Linux only
+            continue
+        exposed = f" (series {suffix[family.type]})" if family.type in suffix else ""
+        names = labels.get(family.name, ())
+        label_text = ", ".join(f"`{n}`" for n in names) if names else "—"
+        meaning = family.documentation.replace("|", "\\|").replace("<", "&lt;")
+        out.append(f"| `{family.name}` | {family.type}{exposed} | {label_text} | {meaning} |")
+    return "\n".join(out) + "\n"
+
+
 # --- the pages ------------------------------------------------------------------------------------------
 
 
@@ -224,7 +270,7 @@ def pages() -> dict[Path, str]:
     """Every generated page by its path, as the code makes it today."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    result = {REFERENCE / "settings.md": settings_page()}
+    result = {REFERENCE / "settings.md": settings_page(), REFERENCE / "metrics.md": metrics_page()}
     for tool, target in console_scripts().items():
         result[REFERENCE / "cli" / f"{tool}.md"] = cli_page(tool, target)
     return result
