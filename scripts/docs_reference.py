@@ -202,7 +202,7 @@ def cli_page(tool: str, target: str) -> str:
     try:
         top = _help(main, [])
         usage = top.split("\n\n", 1)[0]
-        found = re.search(r"\{([\w,-]+)\} \.\.\.", usage)
+        found = re.search(r"\{([\w,-]+)\}\s+\.\.\.", usage)
         commands = found.group(1).split(",") if found else []
         sections = [(f"`{tool}`", top)] + [(f"`{tool} {c}`", _help(main, [c])) for c in commands]
     finally:

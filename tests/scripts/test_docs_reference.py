@@ -29,6 +29,12 @@ def test_the_committed_reference_pages_are_the_generated_ones() -> None:
     } == set(docs_reference.console_scripts())
 
 
+def test_a_tool_with_commands_has_a_section_per_command() -> None:
+    page = (ROOT / "docs" / "reference" / "cli" / "detect-export.md").read_text()
+    for command in ("onnx", "verify", "quantize", "trt", "import"):
+        assert f"## `detect-export {command}`" in page
+
+
 def test_every_setting_is_in_the_settings_table() -> None:
     page = (ROOT / "docs" / "reference" / "settings.md").read_text()
     table = "\n".join(line for line in page.splitlines() if line.startswith("| `DETECT_"))
