@@ -187,11 +187,48 @@ def console_scripts() -> dict[str, str]:
     return dict(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"])
 
 
-def _help(main: Callable[[list[str]], Any], argv: list[str]) -> str:
+def _usage_tokens(text: str) -> list[str]:
+    """A usage line's parts: a bracketed group whole (nested included), an option with its metavar."""
+    tokens: list[str] = []
+    current, depth = "", 0
+    for char in " ".join(text.split()) + " ":
+        if char == " " and depth == 0:
+            if current:
+                joins = tokens and tokens[-1].startswith("-") and " " not in tokens[-1]
+                if joins and not current.startswith(("-", "[", "{", "(")):
+                    tokens[-1] += " " + current  # --data DATA
+                else:
+                    tokens.append(current)
+            current = ""
+            continue
+        depth += char in "[({"
+        depth -= char in "])}"
+        current += char
+    return tokens
+
+
+def _wrap_usage(help_text: str, prog: str) -> str:
+    """argparse wraps the usage line differently from one Python release to the next (3.13 keeps an
+    option with its metavar): the usage is wrapped here, the same way on every release."""
+    usage, _, rest = help_text.partition("\n\n")
+    head = f"usage: {prog} "
+    if not usage.startswith(head):
+        return help_text
+    lines, line = [], head
+    for token in _usage_tokens(usage[len(head) :]):
+        if line.strip() != head.strip() and len(line) + len(token) > int(HELP_COLUMNS) - 2:
+            lines.append(line.rstrip())
+            line = " " * len(head)
+        line += token + " "
+    lines.append(line.rstrip())
+    return "\n".join(lines) + ("\n\n" + rest if rest else "\n")
+
+
+def _help(main: Callable[[list[str]], Any], argv: list[str], prog: str) -> str:
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer), contextlib.suppress(SystemExit):
         main([*argv, "--help"])
-    return buffer.getvalue().rstrip() + "\n"
+    return _wrap_usage(buffer.getvalue().rstrip() + "\n", prog)
 
 
 def cli_page(tool: str, target: str) -> str:
@@ -200,11 +237,13 @@ def cli_page(tool: str, target: str) -> str:
     previous = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = HELP_COLUMNS
     try:
-        top = _help(main, [])
+        top = _help(main, [], tool)
         usage = top.split("\n\n", 1)[0]
         found = re.search(r"\{([\w,-]+)\}\s+\.\.\.", usage)
         commands = found.group(1).split(",") if found else []
-        sections = [(f"`{tool}`", top)] + [(f"`{tool} {c}`", _help(main, [c])) for c in commands]
+        sections = [(f"`{tool}`", top)] + [
+            (f"`{tool} {c}`", _help(main, [c], f"{tool} {c}")) for c in commands
+        ]
     finally:
         if previous is None:
             del os.environ["COLUMNS"]
