@@ -15,7 +15,7 @@ UV_VERSION ?= 0.13.9
 UV = $(VENV)/bin/uv
 SYNC = sync --locked --inexact
 
-.PHONY: setup setup-serve test lint lock grpc-proto serve image-test k8s-local real-photos real-photo-model default-model ssd320-model ssd300-model efficientdet-model maskrcnn-model bench-train clean
+.PHONY: setup setup-serve test lint docs lock grpc-proto serve image-test k8s-local real-photos real-photo-model default-model ssd320-model ssd300-model efficientdet-model maskrcnn-model bench-train clean
 
 $(VENV)/.installed: pyproject.toml uv.lock
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,17 @@ lint: setup
 	$(VENV)/bin/ruff format --check contract training exporters service tests scripts
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/python scripts/docs_reference.py --check
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir $(DOCS_SITE)
+
+# The documentation site (mkdocs.yml, docs/), built and served offline on http://$(HOST):$(DOCS_PORT)/.
+# scripts/docs_reference.py rewrites its generated reference pages (settings, command-line tools) first.
+DOCS_PORT ?= 8001
+DOCS_SITE ?= site
+docs: setup
+	$(VENV)/bin/python scripts/docs_reference.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir $(DOCS_SITE)
+	$(VENV)/bin/python -m http.server --bind $(HOST) --directory $(DOCS_SITE) $(DOCS_PORT)
 
 # The Open Inference Protocol's gRPC messages (service/grpc/proto/oip.proto) as Python, committed beside it.
 grpc-proto: setup

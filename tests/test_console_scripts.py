@@ -13,7 +13,7 @@ import pytest
 
 BIN = Path(sys.executable).parent
 # Every command and subcommand; each --help imports no torch, ONNX or FastAPI. Idle, each answers in
-# 0.1-0.5 s (docs/results.md). The bound is on the CPU time the process used, which neighbours on a
+# 0.1-0.5 s (docs/benchmarks/index.md). The bound is on the CPU time the process used, which neighbours on a
 # shared machine do not inflate; the wall-clock bound only catches a hang.
 HELP_CPU_BOUND_S = 1.0
 HELP_WALL_BOUND_S = 15.0
