@@ -43,8 +43,8 @@ test: setup lint
 	$(VENV)/bin/python -m pytest
 
 lint: setup
-	$(VENV)/bin/ruff check contract training exporters service tests scripts
-	$(VENV)/bin/ruff format --check contract training exporters service tests scripts
+	$(VENV)/bin/ruff check contract training exporters service bench tests scripts
+	$(VENV)/bin/ruff format --check contract training exporters service bench tests scripts
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
 

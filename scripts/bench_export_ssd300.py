@@ -110,7 +110,7 @@ def bench(args: argparse.Namespace, work: Path, checkpoint: Path, artifact: Path
     backend = ["backend", "--artifact", str(artifact), *sizes, "--warmup", str(args.warmup), "--breakdown"]
     outputs = ["--json", str(work / "bench.json"), "--csv", str(work / "bench.csv")]
     eager = ["--eager-checkpoint", str(checkpoint)]
-    run(module("exporters.bench.cli", *backend, *eager, *outputs, "--plot", str(work / "bench.png")))
+    run(module("bench.cli", *backend, *eager, *outputs, "--plot", str(work / "bench.png")))
 
 
 def worst_case(args: argparse.Namespace, work: Path) -> Any:
@@ -121,7 +121,7 @@ def worst_case(args: argparse.Namespace, work: Path) -> Any:
     run([*export, "--force", "--no-verify"])
     sizes = ["--batch-sizes", "1,8", "--iterations", str(max(3, args.iterations // 2)), "--warmup", "1"]
     backend = ["backend", "--artifact", str(worst), *sizes, "--breakdown"]
-    run(module("exporters.bench.cli", *backend, "--json", str(work / "bench-worst-case.json")))
+    run(module("bench.cli", *backend, "--json", str(work / "bench-worst-case.json")))
     return json.loads((work / "bench-worst-case.json").read_text())["breakdown"]
 
 

@@ -77,8 +77,8 @@ def dequantized(int8_dir: Path, out_dir: Path) -> Path:
 
 def measure(pairs: list[tuple[Path, Path | None]], batch_sizes: list[int], rounds: int) -> dict[str, object]:
     """This process's class: img/s of each INT8 artifact (OpenVINO) and its reference (ONNX Runtime)."""
-    from exporters.bench.backend import time_calls
-    from exporters.bench.inputs import bench_images
+    from bench.backend.artifact import time_calls
+    from bench.backend.inputs import bench_images
     from service.served import load_backend
 
     results: dict[str, object] = {}

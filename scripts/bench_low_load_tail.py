@@ -19,9 +19,9 @@ import sys
 import time
 from pathlib import Path
 
-from service.bench.http_load import load_images, local_server_pid
-from service.bench.open_loop import run_open_loop
-from service.bench.wrk_load import run_wrk_load
+from bench.load.http_load import load_images, local_server_pid
+from bench.load.open_loop import run_open_loop
+from bench.load.wrk_load import run_wrk_load
 
 STAGES = ("decode", "preprocess", "queue_wait", "inference")
 

@@ -13,7 +13,7 @@ line then also gives the server's CPU per request (user / system, from /proc). A
 ``PYTHONPATH`` to another checkout of the service to compare code revisions. ``--jsonl FILE`` appends one
 line per variant.
 
-A variant whose env has ``BENCH_SERVER=bare`` is not ``detect-serve`` but `service.bench.bare_server`: one
+A variant whose env has ``BENCH_SERVER=bare`` is not ``detect-serve`` but `bench.server.bare_server`: one
 thread running each request inline, no batching (what the request path is measured against);
 ``BENCH_SERVER=bare-thread``: the same app handing each request's work to one dedicated thread:
 
@@ -39,10 +39,10 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from service.bench.backend_throughput import BackendThroughput, measure_backend_throughput
-from service.bench.http_load import HttpLoadResult, load_images, merge_rounds, run_http_load
-from service.bench.local_server import free_port
-from service.bench.wrk_load import run_wrk_load
+from bench.load.http_load import HttpLoadResult, load_images, merge_rounds, run_http_load
+from bench.load.wrk_load import run_wrk_load
+from bench.server.backend_throughput import BackendThroughput, measure_backend_throughput
+from bench.server.local_server import free_port
 
 VARIANTS = {
     "queue delay 5 ms, no idle dispatch": {
@@ -64,7 +64,7 @@ def start(repository: str, env: dict[str, str]) -> tuple[subprocess.Popen[bytes]
         command = [
             sys.executable,
             "-m",
-            "service.bench.bare_server",
+            "bench.server.bare_server",
             "--model",
             repository,
             "--port",

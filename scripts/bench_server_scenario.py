@@ -28,9 +28,9 @@ from pathlib import Path
 import numpy as np
 from bench_request_path import start
 
-from service.bench.backend_throughput import measure_backend_throughput
-from service.bench.http_load import load_images, server_cpu
-from service.bench.open_loop import OPEN_LOOP_CLIENTS, run_open_loop
+from bench.load.http_load import load_images, server_cpu
+from bench.load.open_loop import OPEN_LOOP_CLIENTS, run_open_loop
+from bench.server.backend_throughput import measure_backend_throughput
 
 VARIANTS = {
     "fixed policy (default)": {},

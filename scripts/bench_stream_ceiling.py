@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.streams.sources import synthetic_frames
 from contract.geometry import resize_for_network
 from contract.manifest import Manifest
-from service.bench.stream_sources import synthetic_frames
 from service.served import load_backend
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from service.bench.local_server import local_server, single_model_repository
+from bench.server.local_server import local_server, single_model_repository
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -31,7 +31,7 @@ import numpy as np
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 
-from service.bench.local_server import local_server, single_model_repository
+from bench.server.local_server import local_server, single_model_repository
 
 REPO = Path(__file__).resolve().parents[1]
 

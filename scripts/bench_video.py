@@ -33,8 +33,8 @@ from typing import Any
 import httpx
 import numpy as np
 
+from bench.server.local_server import local_server, single_model_repository
 from contract.geometry import resize_for_network
-from service.bench.local_server import local_server, single_model_repository
 from service.served import load_backend
 from service.video.decoding import VideoLimits, open_video
 from training.data.synthetic_video import VideoConfig, generate_video

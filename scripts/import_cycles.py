@@ -3,8 +3,8 @@
     .venv/bin/python scripts/import_cycles.py [PACKAGE ...]
 
 What it counts: the modules of the named packages (default: ``contract``, ``training``, ``exporters``,
-``service`` and ``scripts/hostile`` as ``hostile``) are the nodes of a directed graph; every import
-statement that grimp finds from one of them to another is an edge, including imports inside functions
+``service``, ``bench`` and ``scripts/hostile`` as ``hostile``) are the nodes of a directed graph; every
+import statement that grimp finds from one of them to another is an edge, including imports inside functions
 and under ``if TYPE_CHECKING:`` (a cycle hidden that way is still a cycle). External packages are left
 out. A cycle is a strongly connected component (Tarjan's algorithm) of more than one module. It prints
 each such component, sorted, then the total, and exits 1 if there is any.
@@ -20,7 +20,7 @@ from pathlib import Path
 import grimp
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_PACKAGES = ("contract", "training", "exporters", "service", "hostile")
+DEFAULT_PACKAGES = ("contract", "training", "exporters", "service", "bench", "hostile")
 
 
 def import_graph(packages: Sequence[str]) -> dict[str, set[str]]:

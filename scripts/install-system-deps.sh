@@ -7,7 +7,7 @@
 #   drives the service's web page in a headless browser (selenium); it skips with a stated reason when
 #   either is absent.
 #   wrk (Debian package `wrk`): `detect-bench http --client wrk`, a C load client whose own CPU is small next
-#   to the server's; tests/service/bench/test_load_clients.py skips its wrk run when it is absent.
+#   to the server's; tests/bench/load/test_load_clients.py skips its wrk run when it is absent.
 #   GStreamer's RTSP server for the system Python (Debian packages `python3-gi`, `gir1.2-gst-rtsp-server-1.0`,
 #   `gstreamer1.0-plugins-base` (videotestsrc, videoconvert), `gstreamer1.0-plugins-good` (jpegenc, RTP
 #   payloaders), `gstreamer1.0-plugins-ugly` (x264enc)): tests/service/streams/test_rtsp.py starts

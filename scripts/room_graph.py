@@ -1,10 +1,11 @@
 """Draw the rooms of the code and the imports between them as a Mermaid flowchart, from the code itself.
 
-A room is a package's folder one level down (``service/runtime``, ``exporters/onnx``; ``training`` and
-``contract`` stay whole); a module directly in ``service/`` or ``exporters/`` is a room of its own. An arrow
-``A --> B`` means some module of A imports some module of B (grimp's graph: every import statement,
-including those inside functions and under ``if TYPE_CHECKING:``). An arrow that a longer path already
-implies is left out (the transitive reduction), so the picture shows the layers, not every import.
+A room is a package's folder one level down (``service/runtime``, ``exporters/onnx``, ``bench/load``;
+``training`` and ``contract`` stay whole); a module directly in ``service/``, ``exporters/`` or ``bench/`` is
+a room of its own. An arrow ``A --> B`` means some module of A imports some module of B (grimp's graph:
+every import statement, including those inside functions and under ``if TYPE_CHECKING:``). An arrow that
+a longer path already implies is left out (the transitive reduction), so the picture shows the layers,
+not every import.
 
     python scripts/room_graph.py            # prints the Mermaid block
     python scripts/room_graph.py --check docs/architecture.md   # exit 1 if the document's block differs
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import grimp
 
-PACKAGES = ("contract", "training", "exporters", "service")
+PACKAGES = ("contract", "training", "exporters", "service", "bench")
 # Packages drawn whole: their inside is a plug-in layout (training/detectors/<name>/), not rooms.
 WHOLE = {"contract", "training"}
 BEGIN, END = "<!-- rooms:begin -->", "<!-- rooms:end -->"

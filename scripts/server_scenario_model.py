@@ -1,4 +1,4 @@
-"""The server scenario's ceiling from a server's costs: the queueing model of `service.bench.queue_model`.
+"""The server scenario's ceiling from a server's costs: the queueing model of `bench.model.queue_model`.
 
     .venv/bin/python scripts/server_scenario_model.py --service 1=69.2 8=92.7 --raw 1=89.6 8=103.5 \
         [--rates 53.8 64.6 75.3] [--bound-ms 100] [--max-batch 8] [--goal-share 0.6]
@@ -20,7 +20,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from service.bench.queue_model import BatchCost, highest_rate, simulate
+from bench.model.queue_model import BatchCost, highest_rate, simulate
 
 
 def throughputs(items: list[str]) -> dict[int, float]:
@@ -37,8 +37,8 @@ def throughputs(items: list[str]) -> dict[int, float]:
 
 
 def measured_raw(repository: str, images: list[str], sizes: list[int]) -> dict[int, float]:
-    from service.bench.backend_throughput import measure_backend_throughput
-    from service.bench.http_load import load_images
+    from bench.load.http_load import load_images
+    from bench.server.backend_throughput import measure_backend_throughput
 
     data = [image.data for image in load_images(images)]
     return {n: measure_backend_throughput(repository, batch_size=n, images=data).images_per_s for n in sizes}

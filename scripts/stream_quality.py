@@ -6,7 +6,7 @@ without an answer counts its objects as misses), for:
 - A: the detector on every frame (offline);
 - B: the detector on every K-th frame (K = 2, 3, 5), the tracker's predicted boxes in between;
 - C: the detection budget (`service.streams.schedule`) for N cameras sharing one detector, replayed on a
-  simulated clock (`service.bench.stream_replay`) with the cost model of the default model on 2 cores
+  simulated clock (`bench.streams.replay`) with the cost model of the default model on 2 cores
   (67 frames/s at batch 8, 80% of it for streams);
 - D: the newest-frame loop without prediction (each camera keeps one frame in the detector's queue,
   frames replaced meanwhile get no answer), on the same simulated detector.
@@ -34,7 +34,7 @@ import av
 import numpy as np
 from video_quality import evaluate_mot_lines, mot_line  # scripts/: the same MOT scoring
 
-from service.bench.stream_replay import (
+from bench.streams.replay import (
     Answer,
     Camera,
     CostModel,

@@ -29,10 +29,10 @@ from service_testkit import (
     wait_until,
 )
 
+from bench.streams.sources import SourceServer
 from contract.manifest import Manifest
 from contract.quality import QualityCounts, class_names
 from service.app import create_app
-from service.bench.stream_sources import SourceServer
 
 MONITORING = K8S / "monitoring"
 RULES = MONITORING / "detect-rules.yaml"

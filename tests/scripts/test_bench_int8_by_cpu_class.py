@@ -10,8 +10,8 @@ import numpy as np
 import onnx
 from scripts_testkit import load_script
 
+from bench.backend.inputs import bench_images
 from contract.manifest import Manifest
-from exporters.bench.inputs import bench_images
 from service.served import load_backend
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""scripts/server_scenario_model.py: the ceilings it prints and writes (the model: tests/service/bench)."""
+"""scripts/server_scenario_model.py: the ceilings it prints and writes (the model: tests/bench/model)."""
 
 from __future__ import annotations
 

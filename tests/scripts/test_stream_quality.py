@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 from scripts_testkit import load_script
 
-from service.bench.stream_replay import Answer
+from bench.streams.replay import Answer
 
 quality = load_script("stream_quality")
 

@@ -21,7 +21,7 @@ import pytest
 from pycocotools import mask as mask_utils
 from service_testkit import PROJECT, Server, add_toy_model, encode
 
-from service.bench.stream_sources import SourceServer, synthetic_frames
+from bench.streams.sources import SourceServer, synthetic_frames
 from service.http.web import SAMPLES_DIR
 
 CHROMIUM = shutil.which("chromium")

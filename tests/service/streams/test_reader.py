@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from service_testkit import wait_until
 
-from service.bench.stream_sources import SourceServer
+from bench.streams.sources import SourceServer
 from service.streams.reader import (
     Frame,
     FrameReader,
@@ -184,7 +184,7 @@ def test_an_mjpeg_frame_converts_like_ffmpeg_with_its_size_known_before_decoding
     import av
     import simplejpeg
 
-    from service.bench.stream_sources import synthetic_frames
+    from bench.streams.sources import synthetic_frames
 
     rgb = synthetic_frames(320, 240, 1)[0]
     data = simplejpeg.encode_jpeg(rgb, quality=90, colorspace="RGB")
