@@ -1,6 +1,6 @@
-"""Load with ``wrk`` (C, epoll; Debian package ``wrk``, installed by scripts/install-system-deps.sh): a client
-whose own CPU is small next to the server's, so that on a small machine the server is measured and not the
-load client. Closed loop (`run_wrk`: connections back to back) and open loop (`run_wrk_open_loop`: Poisson
+"""Load with ``wrk`` (C, epoll; Debian package ``wrk``, installed by scripts/dev/install-system-deps.sh): a
+client whose own CPU is small next to the server's, so that on a small machine the server is measured and not
+the load client. Closed loop (`run_wrk`: connections back to back) and open loop (`run_wrk_open_loop`: Poisson
 arrivals).
 
 A generated Lua script makes every request ``POST /detect`` with the image as the body; its ``done`` hook
@@ -232,7 +232,7 @@ def _run(
 ) -> WrkResult:
     if not wrk_available():
         raise FileNotFoundError(
-            "wrk is not installed (Debian: apt-get install wrk; see scripts/install-system-deps.sh)"
+            "wrk is not installed (Debian: apt-get install wrk; see scripts/dev/install-system-deps.sh)"
         )
     path = "/detect" + (f"?{urlencode({'model': model})}" if model else "")
     base = urlsplit(url)

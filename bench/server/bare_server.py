@@ -7,7 +7,7 @@
 It answers ``/health/ready`` (200) and ``/metrics`` (empty) so the load clients drive it like the service.
 ``--infer-thread`` runs each request's work in one dedicated thread instead (what one hand-off costs).
 Not a way to serve: it is the yardstick for what the service's request path costs
-(``scripts/bench_request_path.py`` runs it beside ``detect-serve`` with ``BENCH_SERVER=bare``).
+(``scripts/bench/bench_request_path.py`` runs it beside ``detect-serve`` with ``BENCH_SERVER=bare``).
 """
 
 from __future__ import annotations

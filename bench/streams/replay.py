@@ -1,5 +1,5 @@
 """Stream sessions replayed on a simulated clock, for a deterministic measure of what the detection
-budget costs in accuracy (scripts/stream_quality.py scores the answers against ground truth).
+budget costs in accuracy (scripts/video/stream_quality.py scores the answers against ground truth).
 
 Each camera is a sequence of frames whose detections were computed beforehand (the model's output on
 every frame, so only the choice of frames differs between runs) and whose motion scores were measured.

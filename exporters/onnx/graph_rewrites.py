@@ -2,7 +2,7 @@
 
 Each function takes an ``onnx.ModelProto`` of this project's export layout (``exporters.onnx.export``) and
 returns a rewritten copy; new exports already have the rewritten form, so these exist for artifacts
-exported before. ``scripts/rewrite_artifact_graph.py`` applies one to an artifact in place and accepts
+exported before. ``scripts/export/rewrite_artifact_graph.py`` applies one to an artifact in place and accepts
 the result only if every output is bit-for-bit equal on real images, on ONNX Runtime and on OpenVINO.
 
 - :func:`mask_scores_before_topk`: the global pre-NMS TopK (EfficientDet) sees scores at or below the
@@ -83,7 +83,7 @@ def sigmoid_after_topk(model: onnx.ModelProto, score_threshold: float) -> onnx.M
     Before: logits -> Sigmoid -> layout ops -> Where(score > t, score, -1) -> TopK -> scores ``[B, k]``.
     After: logits -> layout ops -> Where(x > logit(t), x, float32 min) -> TopK -> Where(x > logit(t),
     Sigmoid(x), -1). The sigmoid is monotonic, so the TopK picks the same candidates in the same order,
-    except among logits whose sigmoids round to one float32 (``scripts/rewrite_artifact_graph.py``
+    except among logits whose sigmoids round to one float32 (``scripts/export/rewrite_artifact_graph.py``
     checks the outputs on real images).
     """
     model = copy_model(model)

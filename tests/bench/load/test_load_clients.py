@@ -240,7 +240,7 @@ def test_wrk_output_is_parsed() -> None:
         parse_wrk_output("wrk: connection refused")
 
 
-@pytest.mark.skipif(not wrk_available(), reason="wrk is not installed (scripts/install-system-deps.sh)")
+@pytest.mark.skipif(not wrk_available(), reason="wrk is not installed (scripts/dev/install-system-deps.sh)")
 def test_wrk_posts_the_image(serve: TinyServer) -> None:
     serve.delay_s = 0.005
     result = run_wrk(serve.url, IMAGE.data, IMAGE.content_type, concurrency=2, duration_s=1, model="m")
@@ -287,7 +287,7 @@ def test_both_open_loop_clients_send_the_image_and_count_answers(serve: TinyServ
         asyncio.run(run_open_loop(serve.url, [IMAGE], rate=1, duration_s=0.1, client="curl"))
 
 
-@pytest.mark.skipif(not wrk_available(), reason="wrk is not installed (scripts/install-system-deps.sh)")
+@pytest.mark.skipif(not wrk_available(), reason="wrk is not installed (scripts/dev/install-system-deps.sh)")
 def test_wrk_open_loop_sends_on_schedule_while_answers_queue(serve: TinyServer) -> None:
     """A serial server answers 25/s; wrk offers 60/s for 2 s: the requests arrive at the offered rate (not
     at the answer rate, as a closed loop would send them), none late, and the wait shows in the tail."""
@@ -305,7 +305,7 @@ def test_wrk_open_loop_sends_on_schedule_while_answers_queue(serve: TinyServer) 
     assert 0 < result.client_cpu_ms_per_request < 5
 
 
-@pytest.mark.skipif(not wrk_available(), reason="wrk is not installed (scripts/install-system-deps.sh)")
+@pytest.mark.skipif(not wrk_available(), reason="wrk is not installed (scripts/dev/install-system-deps.sh)")
 def test_wrk_open_loop_counts_failures_as_infinitely_slow(serve: TinyServer) -> None:
     serve.fail_every = 10
     result = asyncio.run(run_open_loop(serve.url, [IMAGE], rate=100, duration_s=1.0, seed=5, client="wrk"))

@@ -1,7 +1,7 @@
 """The page at /, in a real headless Chromium (Debian's `chromium` + `chromium-driver`, driven by selenium)
 against a real `detect-serve` on 127.0.0.1: what it draws equals what the API answers.
 
-The browser and its driver come from scripts/install-system-deps.sh (as root); without them these tests
+The browser and its driver come from scripts/dev/install-system-deps.sh (as root); without them these tests
 skip and say so. Screenshots are saved under the test's tmp_path.
 """
 
@@ -28,7 +28,7 @@ CHROMIUM = shutil.which("chromium")
 CHROMEDRIVER = shutil.which("chromedriver")
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None or CHROMEDRIVER is None,
-    reason="needs chromium and chromium-driver (Debian packages; scripts/install-system-deps.sh installs "
+    reason="needs chromium and chromium-driver (Debian packages; scripts/dev/install-system-deps.sh installs "
     "them when run as root)",
 )
 SAMPLE = "shapes-1.jpg"
