@@ -157,7 +157,32 @@ async def run_http_load(
         server_used = server_cpu(server_pid, server_before)
         after = histogram_totals((await client.get("/metrics")).text, model)
 
-    gained = window_gain(before, after)
+    return _closed_loop_result(
+        url,
+        model,
+        concurrency,
+        elapsed,
+        latencies,
+        statuses,
+        errors,
+        client_cpu_s,
+        server_used,
+        window_gain(before, after),
+    )
+
+
+def _closed_loop_result(
+    url: str,
+    model: str | None,
+    concurrency: int,
+    elapsed: float,
+    latencies: list[float],
+    statuses: Counter[str],
+    errors: Counter[str],
+    client_cpu_s: float,
+    server_used: CpuTimes | None,
+    gained: dict[str, tuple[float, float]],
+) -> HttpLoadResult:
     batched_images, batches = gained.get("detect_batch_size", (0.0, 0.0))
     ok = len(latencies)
     return HttpLoadResult(

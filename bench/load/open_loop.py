@@ -13,7 +13,7 @@ import asyncio
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import urlencode
@@ -105,10 +105,7 @@ async def run_open_loop(
         return await _wrk_open_loop(url, images[0], rate, duration_s, seed, model, timeout_s)
     offsets = poisson_schedule(rate, duration_s, seed)
     target = "/detect" + (f"?{urlencode({'model': model})}" if model else "")
-    latencies: list[float] = []
-    lags: list[float] = []
-    statuses: Counter[str] = Counter()
-    errors: Counter[str] = Counter()
+    tally = _Tally()
     limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
     lean = LeanClient(url, max_connections=max_connections)
     prepared = [lean.build_post(target, i.data, i.content_type) for i in images] if client == "lean" else []
@@ -124,47 +121,70 @@ async def run_open_loop(
             return response.status_code
 
         async def send(index: int, scheduled: float) -> None:
-            lags.append(time.monotonic() - scheduled)
+            tally.lags.append(time.monotonic() - scheduled)
             try:
                 status = await post(index)
             except (httpx.HTTPError, OSError, ProtocolError, TimeoutError) as exc:
-                errors[type(exc).__name__] += 1
-                latencies.append(math.inf)
+                tally.errors[type(exc).__name__] += 1
+                tally.latencies.append(math.inf)
                 return
-            statuses[str(status)] += 1
-            latencies.append(time.monotonic() - scheduled if 200 <= status < 300 else math.inf)
+            tally.statuses[str(status)] += 1
+            tally.latencies.append(time.monotonic() - scheduled if 200 <= status < 300 else math.inf)
 
         before_text = (await scraper.get("/metrics")).text
         cpu_started = time.process_time()
-        start = time.monotonic() + 0.05
-        tasks: list[asyncio.Task[None]] = []
-        for index, offset in enumerate(offsets):
-            scheduled = start + float(offset)
-            delay = scheduled - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(send(index, scheduled)))
-        await asyncio.gather(*tasks)
+        await _send_on_schedule(offsets, send)
         client_cpu_s = time.process_time() - cpu_started
         lean.close()
         after_text = (await scraper.get("/metrics")).text
 
-    ok = sum(1 for t in latencies if math.isfinite(t))
-    lag_ms = np.asarray(lags) * 1000
-    result = OpenLoopResult(
-        rate=rate,
-        seed=seed,
-        duration_s=duration_s,
-        sent=len(offsets),
-        ok=ok,
-        achieved_rps=ok / duration_s,
-        latency_ms=tail_summary(latencies),
-        status_counts=dict(sorted(statuses.items())),
-        errors=dict(errors),
-        send_lag_ms={"mean": float(lag_ms.mean()), "max": float(lag_ms.max())} if len(lags) else {},
-        client_cpu_ms_per_request=client_cpu_s / len(offsets) * 1000 if len(offsets) else 0.0,
-    )
+    result = tally.result(rate, seed, duration_s, len(offsets), client_cpu_s)
     return with_server_window(result, before_text, after_text, model)
+
+
+@dataclass
+class _Tally:
+    """What an open-loop run counted: each request's latency (inf: failed), how late each was sent, the
+    answers' statuses and the client errors."""
+
+    latencies: list[float] = field(default_factory=list)
+    lags: list[float] = field(default_factory=list)
+    statuses: Counter[str] = field(default_factory=Counter)
+    errors: Counter[str] = field(default_factory=Counter)
+
+    def result(
+        self, rate: float, seed: int, duration_s: float, sent: int, client_cpu_s: float
+    ) -> OpenLoopResult:
+        ok = sum(1 for t in self.latencies if math.isfinite(t))
+        lag_ms = np.asarray(self.lags) * 1000
+        return OpenLoopResult(
+            rate=rate,
+            seed=seed,
+            duration_s=duration_s,
+            sent=sent,
+            ok=ok,
+            achieved_rps=ok / duration_s,
+            latency_ms=tail_summary(self.latencies),
+            status_counts=dict(sorted(self.statuses.items())),
+            errors=dict(self.errors),
+            send_lag_ms={"mean": float(lag_ms.mean()), "max": float(lag_ms.max())} if len(self.lags) else {},
+            client_cpu_ms_per_request=client_cpu_s / sent * 1000 if sent else 0.0,
+        )
+
+
+async def _send_on_schedule(
+    offsets: np.ndarray, send: Callable[[int, float], Coroutine[None, None, None]]
+) -> None:
+    """Start ``send(index, scheduled)`` at each offset (s) from now + 50 ms, then wait for them all."""
+    start = time.monotonic() + 0.05
+    tasks: list[asyncio.Task[None]] = []
+    for index, offset in enumerate(offsets):
+        scheduled = start + float(offset)
+        delay = scheduled - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(send(index, scheduled)))
+    await asyncio.gather(*tasks)
 
 
 async def _wrk_open_loop(
