@@ -41,7 +41,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from bench.load.http_load import HttpLoadResult, load_images, merge_rounds, run_http_load
+from bench.load.http_load import BenchImage, HttpLoadResult, load_images, merge_rounds, run_http_load
 from bench.load.wrk_load import run_wrk_load
 from bench.server.backend_throughput import BackendThroughput, measure_backend_throughput
 from bench.server.local_server import free_port
@@ -88,7 +88,7 @@ def start(repository: str, env: dict[str, str]) -> tuple[subprocess.Popen[bytes]
     raise SystemExit(f"server with {env} did not become ready")
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -104,35 +104,45 @@ def main() -> int:
     )
     parser.add_argument("--raw", choices=("pipeline", "backend"), default="pipeline", help="raw yardstick")
     parser.add_argument("--jsonl", type=Path, help="append one JSON line per variant here")
-    args = parser.parse_args()
-    images = load_images(args.images)
+    return parser.parse_args()
+
+
+def load_one(
+    args: argparse.Namespace, images: list[BenchImage], process: subprocess.Popen[bytes], url: str
+) -> HttpLoadResult:
+    """One window of load on one variant's server, with the client ``args.client`` names."""
+    if args.client == "wrk":
+        return run_wrk_load(
+            url,
+            images[0],
+            concurrency=args.concurrency,
+            duration_s=args.window,
+            warmup_s=1.0,
+            server_pid=process.pid,
+        )
+    run = run_http_load(
+        url,
+        images,
+        concurrency=args.concurrency,
+        duration_s=args.window,
+        warmup_s=0.5,
+        server_pid=process.pid,
+    )
+    return asyncio.run(run)
+
+
+def measure(
+    args: argparse.Namespace, images: list[BenchImage]
+) -> tuple[dict[str, list[HttpLoadResult]], list[BackendThroughput]]:
+    """Every variant's server started, then ``args.rounds`` rounds: a window on each server in turn and the
+    raw backend's throughput; the servers stopped."""
     servers = {name: start(args.model_repository, env) for name, env in args.variants.items()}
     results: dict[str, list[HttpLoadResult]] = {name: [] for name in servers}
     raws: list[BackendThroughput] = []
     try:
         for _ in range(args.rounds):
             for name, (process, url) in servers.items():
-                if args.client == "wrk":
-                    results[name].append(
-                        run_wrk_load(
-                            url,
-                            images[0],
-                            concurrency=args.concurrency,
-                            duration_s=args.window,
-                            warmup_s=1.0,
-                            server_pid=process.pid,
-                        )
-                    )
-                    continue
-                run = run_http_load(
-                    url,
-                    images,
-                    concurrency=args.concurrency,
-                    duration_s=args.window,
-                    warmup_s=0.5,
-                    server_pid=process.pid,
-                )
-                results[name].append(asyncio.run(run))
+                results[name].append(load_one(args, images, process, url))
             last = results[list(servers)[-1]][-1]  # the raw backend runs at the last variant's batch size
             batch = args.raw_batch or max(1, round(last.mean_batch_size or 1))
             raws.append(
@@ -148,6 +158,69 @@ def main() -> int:
         for process, _ in servers.values():
             process.terminate()
             process.wait(30)
+    return results, raws
+
+
+def report(
+    args: argparse.Namespace,
+    name: str,
+    rounds: list[HttpLoadResult],
+    raw: float,
+    raws: list[BackendThroughput],
+) -> None:
+    """One variant's line, and its JSON line appended to ``args.jsonl`` when given."""
+    merged = merge_rounds(rounds)
+    lat = merged.latency_ms
+    # Per-round throughput median: with a shared machine, one disturbed window moves a mean.
+    median_rps = float(np.median([r.throughput_rps for r in rounds]))
+    user, system = merged.server_cpu_user_s, merged.server_cpu_system_s
+    server = (
+        f"server CPU {(user + system) * 1000 / merged.ok:.2f} ms/req (sys {system * 1000 / merged.ok:.2f})"
+        if user is not None and system is not None and merged.ok
+        else ""
+    )
+    client_ms = merged.client_cpu_cores * merged.duration_s * 1000 / max(merged.ok, 1)
+    switches = (merged.server_voluntary_switches or 0) / max(merged.ok, 1)
+    print(
+        f"{name:40s} {median_rps:6.1f} img/s (median of rounds)  HTTP/raw {median_rps / raw:.2f}  "
+        f"p50 {lat.get('p50', 0):.1f}  p99 {lat.get('p99', 0):.1f}  mean {lat.get('mean', 0):.1f} ms  "
+        f"batch {merged.mean_batch_size or 0:.2f}  client CPU {client_ms:.2f} ms/req  {server}  "
+        f"thread blocks {switches:.1f}/req"
+    )
+    if not args.jsonl:
+        return
+    line = {
+        "variant": name,
+        "env": args.variants[name],
+        "client": args.client,
+        "concurrency": args.concurrency,
+        "rounds": args.rounds,
+        "window_s": args.window,
+        "rps_median": median_rps,
+        "rps_rounds": [r.throughput_rps for r in rounds],
+        "raw_img_per_s": raw,
+        "raw_batch": raws[-1].batch_size,
+        "raw_yardstick": args.raw,
+        "http_over_raw": median_rps / raw,
+        "latency_ms": lat,
+        "mean_batch": merged.mean_batch_size,
+        "client_cpu_ms_per_request": client_ms,
+        "server_cpu_ms_per_request": {
+            "user": (user or 0) * 1000 / max(merged.ok, 1),
+            "system": (system or 0) * 1000 / max(merged.ok, 1),
+        },
+        "server_voluntary_switches_per_request": switches,
+        "load_average": os.getloadavg(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    with args.jsonl.open("a") as out:
+        out.write(json.dumps(line) + "\n")
+
+
+def main() -> int:
+    args = parse_args()
+    images = load_images(args.images)
+    results, raws = measure(args, images)
     seconds = sum(r.batches * r.batch_size / r.images_per_s for r in raws)
     raw = sum(r.batches * r.batch_size for r in raws) / seconds
     print(
@@ -155,52 +228,7 @@ def main() -> int:
         f"raw {args.raw} {raw:.1f} img/s at batch {raws[-1].batch_size} ({raws[-1].backend})"
     )
     for name, rounds in results.items():
-        merged = merge_rounds(rounds)
-        lat = merged.latency_ms
-        # Per-round throughput median: with a shared machine, one disturbed window moves a mean.
-        median_rps = float(np.median([r.throughput_rps for r in rounds]))
-        user, system = merged.server_cpu_user_s, merged.server_cpu_system_s
-        server = (
-            f"server CPU {(user + system) * 1000 / merged.ok:.2f} ms/req "
-            f"(sys {system * 1000 / merged.ok:.2f})"
-            if user is not None and system is not None and merged.ok
-            else ""
-        )
-        client_ms = merged.client_cpu_cores * merged.duration_s * 1000 / max(merged.ok, 1)
-        switches = (merged.server_voluntary_switches or 0) / max(merged.ok, 1)
-        print(
-            f"{name:40s} {median_rps:6.1f} img/s (median of rounds)  HTTP/raw {median_rps / raw:.2f}  "
-            f"p50 {lat.get('p50', 0):.1f}  p99 {lat.get('p99', 0):.1f}  mean {lat.get('mean', 0):.1f} ms  "
-            f"batch {merged.mean_batch_size or 0:.2f}  client CPU {client_ms:.2f} ms/req  {server}  "
-            f"thread blocks {switches:.1f}/req"
-        )
-        if args.jsonl:
-            line = {
-                "variant": name,
-                "env": args.variants[name],
-                "client": args.client,
-                "concurrency": args.concurrency,
-                "rounds": args.rounds,
-                "window_s": args.window,
-                "rps_median": median_rps,
-                "rps_rounds": [r.throughput_rps for r in rounds],
-                "raw_img_per_s": raw,
-                "raw_batch": raws[-1].batch_size,
-                "raw_yardstick": args.raw,
-                "http_over_raw": median_rps / raw,
-                "latency_ms": lat,
-                "mean_batch": merged.mean_batch_size,
-                "client_cpu_ms_per_request": client_ms,
-                "server_cpu_ms_per_request": {
-                    "user": (user or 0) * 1000 / max(merged.ok, 1),
-                    "system": (system or 0) * 1000 / max(merged.ok, 1),
-                },
-                "server_voluntary_switches_per_request": switches,
-                "load_average": os.getloadavg(),
-                "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            }
-            with args.jsonl.open("a") as out:
-                out.write(json.dumps(line) + "\n")
+        report(args, name, rounds, raw, raws)
     return 0
 
 

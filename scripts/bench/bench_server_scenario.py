@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import json
 import os
+import subprocess
 import sys
 import time
 from dataclasses import asdict
@@ -28,7 +29,7 @@ from pathlib import Path
 import numpy as np
 from bench_request_path import start
 
-from bench.load.http_load import load_images, server_cpu
+from bench.load.http_load import BenchImage, load_images, server_cpu
 from bench.load.open_loop import OPEN_LOOP_CLIENTS, run_open_loop
 from bench.server.backend_throughput import measure_backend_throughput
 
@@ -46,7 +47,7 @@ def done_runs(path: Path | None, tag: str | None) -> dict[tuple[str, float, int]
     return {(r["variant"], r["rate"], r["round"]): r for r in runs if r.get("tag") == tag and "variant" in r}
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -69,7 +70,52 @@ def main() -> int:
     parser.add_argument("--variants", type=json.loads, default=VARIANTS, help="JSON {name: {env}}")
     parser.add_argument("--jsonl", type=Path)
     parser.add_argument("--tag", help="names this run in --jsonl; runs already there under it are skipped")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def run_one(
+    args: argparse.Namespace,
+    name: str,
+    server: tuple[subprocess.Popen[bytes], str],
+    images: list[BenchImage],
+    rate: float,
+    index: int,
+) -> dict[str, object]:
+    """One window of open-loop load at ``rate`` on variant ``name``'s server: the run's record, printed and
+    appended to ``args.jsonl`` when given."""
+    process, url = server
+    before = server_cpu(process.pid)
+    client = args.variants[name].get("BENCH_CLIENT", args.client)
+    result = asyncio.run(
+        run_open_loop(url, images, rate=rate, duration_s=args.window, seed=args.seed, client=client)
+    )
+    used = server_cpu(process.pid, before)
+    run = {
+        "tag": args.tag,
+        "variant": name,
+        "env": args.variants[name],
+        "rate": rate,
+        "round": index,
+        "client": client,
+        "server_cpu_ms_per_request": used.total_s * 1000 / max(result.sent, 1) if used else None,
+        "load_average": os.getloadavg(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    } | asdict(result)
+    lat = result.latency_ms
+    print(
+        f"round {index} rate {rate:6.2f}  {name:24s} "
+        f"p50 {lat['p50']:7.1f}  p99 {lat['p99']:7.1f} ms  "
+        f"batch {result.mean_batch_size or 0:.2f}  load {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+    if args.jsonl:
+        with args.jsonl.open("a") as out:
+            out.write(json.dumps(run) + "\n")
+    return run
+
+
+def main() -> int:
+    args = parse_args()
     images = load_images(args.images)
     image_bytes = [i.data for i in images]
     raw0 = measure_backend_throughput(
@@ -86,41 +132,9 @@ def main() -> int:
     try:
         for index in range(args.rounds):
             for rate in rates:
-                for name, (process, url) in servers.items():
-                    if (name, rate, index) in previous:
-                        continue
-                    before = server_cpu(process.pid)
-                    client = args.variants[name].get("BENCH_CLIENT", args.client)
-                    result = asyncio.run(
-                        run_open_loop(
-                            url, images, rate=rate, duration_s=args.window, seed=args.seed, client=client
-                        )
-                    )
-                    used = server_cpu(process.pid, before)
-                    run = {
-                        "tag": args.tag,
-                        "variant": name,
-                        "env": args.variants[name],
-                        "rate": rate,
-                        "round": index,
-                        "client": client,
-                        "server_cpu_ms_per_request": used.total_s * 1000 / max(result.sent, 1)
-                        if used
-                        else None,
-                        "load_average": os.getloadavg(),
-                        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                    } | asdict(result)
-                    runs.append(run)
-                    lat = result.latency_ms
-                    print(
-                        f"round {index} rate {rate:6.2f}  {name:24s} "
-                        f"p50 {lat['p50']:7.1f}  p99 {lat['p99']:7.1f} ms  "
-                        f"batch {result.mean_batch_size or 0:.2f}  load {os.getloadavg()[0]:.1f}",
-                        flush=True,
-                    )
-                    if args.jsonl:
-                        with args.jsonl.open("a") as out:
-                            out.write(json.dumps(run) + "\n")
+                for name, server in servers.items():
+                    if (name, rate, index) not in previous:
+                        runs.append(run_one(args, name, server, images, rate, index))
             raw = measure_backend_throughput(
                 args.model_repository, batch_size=args.raw_batch, images=image_bytes, yardstick=args.raw
             )
