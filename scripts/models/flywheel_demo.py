@@ -36,7 +36,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -45,32 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
-
-ROOT = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
-MODEL = "efficientdet-d0-synth"
-
-
-def log(message: str) -> None:
-    print(f"[{datetime.now(UTC).strftime('%H:%M:%S')}] {message}", flush=True)
-
-
-def run(*command: str | Path, env: dict[str, str] | None = None) -> str:
-    log("$ " + " ".join(str(c) for c in command))
-    done = subprocess.run(
-        [str(c) for c in command],
-        cwd=ROOT,
-        env={**os.environ, **(env or {})},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    sys.stdout.write(done.stdout[-4000:])
-    if done.returncode != 0:
-        sys.stdout.write(done.stderr[-4000:])
-        raise SystemExit(f"failed ({done.returncode}): {command[0]} {command[1] if len(command) > 1 else ''}")
-    return done.stdout
+from flywheel_server import BIN, MODEL, ROOT, DemoServer, log, quality, run  # scripts/models/
 
 
 class Demo:
@@ -81,6 +55,7 @@ class Demo:
         self.repo = self.work / "repo"
         self.stages = self.work / "stages"
         self.stages.mkdir(parents=True, exist_ok=True)
+        self.server = DemoServer(self.work, self.repo, args.port)
 
     # ------------------------------------------------------------------ stage bookkeeping
 
@@ -137,62 +112,6 @@ class Demo:
         )
         return {"artifact": str(target), "checkpoint": str(checkpoint), "original_val_ap": accuracy.box_ap}
 
-    # ------------------------------------------------------------------ serving
-
-    def serve(self, env: dict[str, str]) -> subprocess.Popen[bytes]:
-        port = str(self.args.port)
-        log_file = (self.work / "serve.log").open("ab")
-        process = subprocess.Popen(
-            [
-                str(BIN / "detect-serve"),
-                "--model-repository",
-                str(self.repo),
-                "--port",
-                port,
-                "--backend",
-                "cpu",
-            ],
-            cwd=ROOT,
-            env={**os.environ, "DETECT_REPOSITORY_API": "true", "DETECT_DEFAULT_MODEL": MODEL, **env},
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-        )
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(self.url("/health/ready"), timeout=2).status_code == 200:
-                    return process
-            except httpx.HTTPError:
-                pass
-            if process.poll() is not None:
-                raise SystemExit(f"detect-serve exited ({process.returncode}); see {self.work / 'serve.log'}")
-            time.sleep(0.5)
-        process.terminate()
-        raise SystemExit("detect-serve did not become ready in 180 s")
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.args.port}{path}"
-
-    def send(self, images: list[Path]) -> list[dict[str, Any]]:
-        answers = []
-        with httpx.Client(timeout=60) as client:
-            for image in images:
-                response = client.post(
-                    self.url("/detect"), content=image.read_bytes(), headers={"content-type": "image/jpeg"}
-                )
-                response.raise_for_status()
-                answers.append(response.json())
-        return answers
-
-    def metrics(self) -> dict[str, float]:
-        text = httpx.get(self.url("/metrics"), timeout=10).text
-        values: dict[str, float] = {}
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
-                values[f"{sample.name}{{{labels}}}"] = sample.value
-        return values
-
     # ------------------------------------------------------------------ 3. traffic, drift, capture
 
     def traffic(self) -> dict[str, Any]:
@@ -204,23 +123,24 @@ class Demo:
             "DETECT_CAPTURE_RANDOM_SHARE": "0.05",
             "DETECT_CAPTURE_MAX_PER_MINUTE": "10000",
         }
-        server = self.serve(env)
+        server = self.server.serve(env)
         try:
             phases: dict[str, Any] = {}
             original = sorted((self.data / "original" / "val").glob("*.jpg"))[: self.args.baseline_images]
             shifted = sorted((self.data / "shifted" / "train").glob("*.jpg"))
             for phase, images in (("original", original), ("shifted", shifted)):
-                before = self.metrics()
-                self.send(images)
-                phases[phase] = quality(before, self.metrics(), len(images))
+                before = self.server.metrics()
+                self.server.send(images)
+                phases[phase] = quality(before, self.server.metrics(), len(images))
             deadline = time.monotonic() + 60
             while (
-                httpx.get(self.url("/v1/captures"), timeout=10).json()["queued"]
+                httpx.get(self.server.url("/v1/captures"), timeout=10).json()["queued"]
                 and time.monotonic() < deadline
             ):
                 time.sleep(0.5)
-            summary = httpx.get(self.url("/v1/captures"), timeout=10).json()
-            baseline = self.metrics().get(f"detect_quality_baseline_no_detection_share{{model={MODEL}}}")
+            summary = httpx.get(self.server.url("/v1/captures"), timeout=10).json()
+            baseline_share = f"detect_quality_baseline_no_detection_share{{model={MODEL}}}"
+            baseline = self.server.metrics().get(baseline_share)
         finally:
             server.terminate()
             server.wait(60)
@@ -341,20 +261,21 @@ class Demo:
         candidate = self.repo / MODEL / "2"
         if candidate.exists():
             shutil.rmtree(candidate)
-        server = self.serve({})  # version 1 only: it serves
+        server = self.server.serve({})  # version 1 only: it serves
         try:
             shutil.copytree(self.work / "candidate" / MODEL / "2", candidate)
             body = {"candidate": "2", "canary_percent": self.args.canary, "shadow_percent": 100}
-            started = httpx.post(self.url(f"/v2/repository/models/{MODEL}/rollout"), json=body, timeout=300)
+            rollout_url = self.server.url(f"/v2/repository/models/{MODEL}/rollout")
+            started = httpx.post(rollout_url, json=body, timeout=300)
             started.raise_for_status()
-            before = self.metrics()
+            before = self.server.metrics()
             images = sorted((self.data / "shifted" / "val").glob("*.jpg"))
-            answers = self.send(images)
+            answers = self.server.send(images)
             compared = f"detect_shadow_requests_total{{model={MODEL},result=compared}}"
             copies = sum(1 for a in answers if a["version"] == "1")  # each one drew a shadow copy
             deadline = time.monotonic() + 120
             while True:  # the copies finish after their answers: wait until each is counted
-                after = self.metrics()
+                after = self.server.metrics()
                 delta = {k: after[k] - before.get(k, 0.0) for k in after}
                 settled = sum(v for k, v in delta.items() if k.startswith("detect_shadow_requests_total"))
                 if settled >= copies or time.monotonic() > deadline:
@@ -367,9 +288,9 @@ class Demo:
             }
             count = delta.get(f"detect_shadow_agreement_count{{model={MODEL}}}", 0.0)
             total = delta.get(f"detect_shadow_agreement_sum{{model={MODEL}}}", 0.0)
-            ended = httpx.post(self.url(f"/v2/repository/models/{MODEL}/rollout/end"), timeout=60)
+            ended = httpx.post(self.server.url(f"/v2/repository/models/{MODEL}/rollout/end"), timeout=60)
             ended.raise_for_status()
-            after_undo = self.send(images[:5])
+            after_undo = self.server.send(images[:5])
         finally:
             server.terminate()
             server.wait(60)
@@ -429,23 +350,6 @@ class Demo:
             "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
         }
         return table
-
-
-def quality(before: dict[str, float], after: dict[str, float], images: int) -> dict[str, Any]:
-    """The quality signals of the requests between two scrapes of ``/metrics``."""
-
-    def delta(prefix: str) -> float:
-        return sum(v - before.get(k, 0.0) for k, v in after.items() if k.startswith(prefix))
-
-    counted = delta(f"detect_quality_images_total{{model={MODEL}}}")
-    empty = delta(f"detect_quality_no_detection_images_total{{model={MODEL}}}")
-    detections = delta("detect_quality_detections_per_image_sum{")
-    return {
-        "images": images,
-        "counted": counted,
-        "no_detection_share": empty / counted if counted else None,
-        "detections_per_image": detections / counted if counted else None,
-    }
 
 
 def main() -> None:
