@@ -38,7 +38,7 @@ from service.runtime.admission import (
     RENDER_BYTES_PER_PIXEL,
     Resources,
 )
-from service.runtime.model_runtime import LoadedModel
+from service.runtime.loaded_model import LoadedModel
 from service.schemas import Box, DetectionResult
 
 MaskFormat = Literal["rle", "polygon"]

@@ -56,7 +56,7 @@ from service.pipeline.timing import RequestStages
 from service.runtime import tracing
 from service.runtime.admission import Resources
 from service.runtime.batching.batch_queue import Priority
-from service.runtime.model_runtime import LoadedModel
+from service.runtime.loaded_model import LoadedModel
 from service.schemas import DetectionResult
 
 T = TypeVar("T")
