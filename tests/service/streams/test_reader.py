@@ -13,15 +13,8 @@ import pytest
 from service_testkit import wait_until
 
 from bench.streams.sources import SourceServer
-from service.streams.reader import (
-    Frame,
-    FrameReader,
-    NewestFrame,
-    RateMeter,
-    ReaderConfig,
-    SourceTooLarge,
-    scaled_size,
-)
+from service.streams.frame import Frame, SourceTooLarge, scaled_size
+from service.streams.reader import FrameReader, NewestFrame, RateMeter, ReaderConfig
 from service.streams.sources import PROTOCOL_WHITELIST
 from service.streams.state import SessionState
 

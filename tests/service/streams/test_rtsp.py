@@ -29,8 +29,9 @@ import pytest
 from fastapi.testclient import TestClient
 from service_testkit import frames_processed, stream_info, wait_until
 
+from service.streams.frame import Frame
 from service.streams.guard import SourceGuard
-from service.streams.reader import Frame, FrameReader, NewestFrame, ReaderConfig
+from service.streams.reader import FrameReader, NewestFrame, ReaderConfig
 from service.streams.sources import PROTOCOL_WHITELIST
 from service.streams.state import SessionState
 
