@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from imagetest import checks
+from imagetest import checks, stress
 from imagetest.container import Container, prepare_volumes, run_arguments
 from imagetest.host import Podman
 from imagetest.pod import PodRuntime
@@ -50,13 +50,13 @@ def run_image(podman: Podman, image: str, inputs: RunInputs) -> checks.Figures:
             with step("request"):
                 figures.idle = container.memory()
                 checks.requests(ends, inputs.images)
-                figures.load_rss_max = checks.load(ends, container, inputs.images)
+                figures.load_rss_max = stress.load(ends, container, inputs.images)
                 figures.loaded = container.memory()
-                figures.memory_bound = checks.memory_bound(ends)
+                figures.memory_bound = stress.memory_bound(ends)
             with step("limit"):
-                checks.limits(runtime, container, figures)
+                stress.limits(runtime, container, figures)
             with step("drain"):
-                checks.drain(runtime, container, ends, inputs.images, figures)
+                stress.drain(runtime, container, ends, inputs.images, figures)
         finally:
             if not inputs.keep:
                 container.remove()
