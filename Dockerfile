@@ -42,6 +42,7 @@ COPY contract ./contract
 COPY service ./service
 COPY training ./training
 COPY exporters ./exporters
+COPY bench ./bench
 RUN /opt/uv/bin/uv build --wheel --out-dir /wheels . \
     && /opt/uv/bin/uv export --frozen --all-extras --no-hashes --no-emit-project --output-file /wheels/constraints.txt
 

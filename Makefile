@@ -29,7 +29,7 @@ $(CHECKOV_VENV)/.installed: tools/checkov/pyproject.toml tools/checkov/uv.lock $
 	touch $@
 
 setup: $(VENV)/.installed $(CHECKOV_VENV)/.installed
-	@bash scripts/install-system-deps.sh
+	@bash scripts/dev/install-system-deps.sh
 
 $(SERVE_VENV)/.installed: pyproject.toml uv.lock
 	$(PYTHON) -m venv $(SERVE_VENV)
@@ -43,19 +43,19 @@ test: setup lint
 	$(VENV)/bin/python -m pytest
 
 lint: setup
-	$(VENV)/bin/ruff check contract training exporters service tests scripts
-	$(VENV)/bin/ruff format --check contract training exporters service tests scripts
+	$(VENV)/bin/ruff check contract training exporters service bench tests scripts
+	$(VENV)/bin/ruff format --check contract training exporters service bench tests scripts
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
-	$(VENV)/bin/python scripts/docs_reference.py --check
+	$(VENV)/bin/python scripts/dev/docs_reference.py --check
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir $(DOCS_SITE)
 
 # The documentation site (mkdocs.yml, docs/), built and served offline on http://$(HOST):$(DOCS_PORT)/.
-# scripts/docs_reference.py rewrites its generated reference pages (settings, command-line tools) first.
+# scripts/dev/docs_reference.py rewrites its generated reference pages (settings, command-line tools) first.
 DOCS_PORT ?= 8001
 DOCS_SITE ?= site
 docs: setup
-	$(VENV)/bin/python scripts/docs_reference.py
+	$(VENV)/bin/python scripts/dev/docs_reference.py
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir $(DOCS_SITE)
 	$(VENV)/bin/python -m http.server --bind $(HOST) --directory $(DOCS_SITE) $(DOCS_PORT)
 
@@ -72,13 +72,13 @@ serve: setup-serve
 # "Testing the image for real").
 # IMAGE_TEST_ARGS=--hostile adds the hostile-input suite inside the container (~1.5 min more).
 image-test: $(VENV)/.installed
-	$(VENV)/bin/python scripts/image_test.py $(IMAGE_TEST_ARGS)
+	$(VENV)/bin/python scripts/deploy/image_test.py $(IMAGE_TEST_ARGS)
 
 # The image on a real single-node Kubernetes 1.20 built from Debian's source package (compiled once, ~7 min
 # on 2 cores, then cached), a rolling restart under clients, then the machine put back as it was. Root; after
 # `make image-test`; not in CI (docs/deployment.md, "A real Kubernetes node").
 k8s-local: $(VENV)/.installed
-	bash scripts/k8s-local/k8s-local.sh
+	bash scripts/deploy/k8s-local/k8s-local.sh
 
 # Upgrade every pinned version: re-resolve uv.lock (and checkov's tools/checkov/uv.lock) to the newest releases
 # their pyproject.toml allow, list what moved, reinstall and run the whole test suite. Commit the locks when it
@@ -88,8 +88,8 @@ lock: setup
 	cp tools/checkov/uv.lock $(VENV)/checkov-uv.lock.before
 	$(UV) lock --upgrade
 	$(UV) lock --upgrade --project tools/checkov
-	$(VENV)/bin/python scripts/lock_diff.py $(VENV)/uv.lock.before uv.lock
-	$(VENV)/bin/python scripts/lock_diff.py $(VENV)/checkov-uv.lock.before tools/checkov/uv.lock
+	$(VENV)/bin/python scripts/dev/lock_diff.py $(VENV)/uv.lock.before uv.lock
+	$(VENV)/bin/python scripts/dev/lock_diff.py $(VENV)/checkov-uv.lock.before tools/checkov/uv.lock
 	$(MAKE) test
 
 clean:
@@ -127,26 +127,26 @@ $(CALIBRATION_DATA)/annotations/instances_val.json: | setup
 
 # A model that knows real photos (people, cats, cars, ...): MediaPipe's SSD MobileNetV2 (Open Images v4, Apache-2.0)
 # fetched from the npm registry by name, version and sha256, imported and verified against Google's TFLite
-# runtime on the real sample photos (scripts/real_photos.py makes them from scikit-image's and matplotlib's
+# runtime on the real sample photos (scripts/models/real_photos.py makes them from scikit-image's and matplotlib's
 # wheels). docs/import.md explains each step.
 REAL_PHOTO_MODEL ?= models/ssd-mobilenetv2-oidv4/1
 REAL_PHOTO_SOURCE ?= data/imports/mediapipe-ssd-oidv4
 REAL_PHOTOS = $(addprefix service/static/samples/,astronaut.jpg chelsea.jpg coffee.jpg grace_hopper.jpg)
 
 real-photos: setup
-	$(VENV)/bin/python scripts/real_photos.py
+	$(VENV)/bin/python scripts/models/real_photos.py
 
 real-photo-model: setup
-	$(VENV)/bin/python scripts/fetch_mediapipe_ssd.py --out $(REAL_PHOTO_SOURCE)
+	$(VENV)/bin/python scripts/models/fetch_mediapipe_ssd.py --out $(REAL_PHOTO_SOURCE)
 	$(VENV)/bin/detect-export import --source $(REAL_PHOTO_SOURCE)/model.tflite \
 		--spec $(REAL_PHOTO_SOURCE)/import.json --output $(REAL_PHOTO_MODEL) --samples $(REAL_PHOTOS) \
 		--notice recipes/mediapipe-ssd-oidv4/LICENSE recipes/mediapipe-ssd-oidv4/ORIGIN.md --force
 
-# The default model (models/default, chosen by scripts/choose_default_model.py): EfficientDet-D0 INT8.
+# The default model (models/default, chosen by scripts/models/choose_default_model.py): EfficientDet-D0 INT8.
 default-model: efficientdet-model
 
 ssd320-model: setup $(CALIBRATION_DATA)/annotations/instances_val.json
-	$(VENV)/bin/python scripts/bench_train_cpu.py --preset ssd320-cpu-small --data $(SYNTH_DATA) \
+	$(VENV)/bin/python scripts/training/bench_train_cpu.py --preset ssd320-cpu-small --data $(SYNTH_DATA) \
 		--output $(SSD320_RUN)
 	$(VENV)/bin/detect-export onnx --checkpoint $(SSD320_RUN)/checkpoint.pt --output $(SSD320_PARENT) \
 		--weight-storage float16 --force
@@ -155,7 +155,7 @@ ssd320-model: setup $(CALIBRATION_DATA)/annotations/instances_val.json
 	$(QUANTIZE) --artifact $(SSD320_PARENT) --output $(SSD320_INT8)
 
 ssd300-model: setup $(CALIBRATION_DATA)/annotations/instances_val.json
-	$(VENV)/bin/python scripts/bench_train_cpu.py --data $(SYNTH_DATA) --output $(SSD300_RUN)
+	$(VENV)/bin/python scripts/training/bench_train_cpu.py --data $(SYNTH_DATA) --output $(SSD300_RUN)
 	$(VENV)/bin/detect-export onnx --checkpoint $(SSD300_RUN)/checkpoint.pt --output $(SSD300_MODEL) \
 		--weight-storage float16 --force
 	$(VENV)/bin/detect-export verify --artifact $(SSD300_MODEL) --checkpoint $(SSD300_RUN)/checkpoint.pt \
@@ -168,7 +168,7 @@ ssd300-model: setup $(CALIBRATION_DATA)/annotations/instances_val.json
 # and change detections, which the export check refuses. Its INT8 variant keeps the class net fp32 and runs
 # it in f32 on every CPU (in bf16 it scored 0.0016 lower on AMX, and bf16 does not exist on AVX2).
 efficientdet-model: setup $(CALIBRATION_DATA)/annotations/instances_val.json
-	$(VENV)/bin/python scripts/bench_train_cpu.py --preset efficientdet-d0-cpu-small --data $(SYNTH_DATA) \
+	$(VENV)/bin/python scripts/training/bench_train_cpu.py --preset efficientdet-d0-cpu-small --data $(SYNTH_DATA) \
 		--output $(EFFDET_RUN)
 	$(VENV)/bin/detect-export onnx --checkpoint $(EFFDET_RUN)/checkpoint.pt --output $(EFFDET_MODEL) --force
 	$(VENV)/bin/detect-export verify --artifact $(EFFDET_MODEL) --checkpoint $(EFFDET_RUN)/checkpoint.pt \
@@ -179,7 +179,7 @@ efficientdet-model: setup $(CALIBRATION_DATA)/annotations/instances_val.json
 
 # Mask R-CNN ships INT8 only; its fp32 parent (fp16-stored) stays in the run folder.
 maskrcnn-model: setup $(CALIBRATION_DATA)/annotations/instances_val.json
-	$(VENV)/bin/python scripts/bench_train_cpu.py --preset maskrcnn-cpu-small --data $(SYNTH_DATA) \
+	$(VENV)/bin/python scripts/training/bench_train_cpu.py --preset maskrcnn-cpu-small --data $(SYNTH_DATA) \
 		--output $(MASKRCNN_RUN)
 	$(VENV)/bin/detect-export onnx --checkpoint $(MASKRCNN_RUN)/checkpoint.pt --output $(MASKRCNN_PARENT) \
 		--weight-storage float16 --force
@@ -188,4 +188,4 @@ maskrcnn-model: setup $(CALIBRATION_DATA)/annotations/instances_val.json
 	$(QUANTIZE) --artifact $(MASKRCNN_PARENT) --output $(MASKRCNN_INT8) --unquantized-precision bf16
 
 bench-train: setup
-	$(VENV)/bin/python scripts/bench_train_cpu.py --data $(SYNTH_DATA) --output $(SSD300_RUN)
+	$(VENV)/bin/python scripts/training/bench_train_cpu.py --data $(SYNTH_DATA) --output $(SSD300_RUN)

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 
 from fastapi import FastAPI
@@ -73,16 +74,24 @@ def _stream_predictor(fps: float, max_predicted_frames: int) -> TrackPredictor:
     return TrackPredictor(Tracker(TrackerConfig.for_fps(fps, start_velocity=True)), max_predicted_frames)
 
 
-def create_app(settings: Settings | None = None, *, backend_factory: BackendFactory | None = None) -> FastAPI:
-    """The service app for ``settings`` (default: from the environment).
+@dataclass(frozen=True)
+class _Parts:
+    """What the app is made of, built before it exists: the lifespan starts and stops them, routes reach
+    them through ``app.state``."""
 
-    ``backend_factory`` turns a repository entry into a backend (default `create_backend`); tests wrap
-    it to observe or pace real backends. Raises `RepositoryError` for a broken model repository,
-    `ApiKeyError` for an unreadable or empty key file and `UnknownIsaError` for an ``ONEDNN_MAX_CPU_ISA``
-    oneDNN does not know (it would run another CPU class than the one asked for, silently).
-    """
-    check_isa_environment()
-    settings = settings if settings is not None else Settings()
+    settings: Settings
+    api_keys: list[str]
+    metrics: ServiceMetrics
+    lifecycle: Lifecycle
+    inline: InlineWork
+    runtime: ModelRuntime
+    control: ModelControl
+    capture: SampleCapture
+    streams: StreamManager
+
+
+def _build_parts(settings: Settings, backend_factory: BackendFactory) -> _Parts:
+    """Scan the repository and the API keys (raising for a broken one) and make the service's parts."""
     entries = select_versions(scan_repository(settings.model_repository), settings.versions)
     api_keys = load_api_keys(settings)
     service_metrics = ServiceMetrics()
@@ -91,7 +100,7 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
         settings.inline_max_ms / 1000, settings.inline_max_pixels, in_flight=lambda: lifecycle.in_flight
     )
     lifecycle.on_start = inline.arrived
-    runtime = ModelRuntime(entries, settings, service_metrics, backend_factory or create_backend, inline)
+    runtime = ModelRuntime(entries, settings, service_metrics, backend_factory, inline)
     control = ModelControl(runtime, settings)
     capture = SampleCapture(settings, service_metrics.registry)
     stream_manager = StreamManager(
@@ -99,11 +108,21 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     )
     service_metrics.track_readiness(lambda: runtime.ready and not lifecycle.draining)
     service_metrics.bound_memory(settings.body_memory_bytes + settings.image_memory_bytes)
+    return _Parts(
+        settings, api_keys, service_metrics, lifecycle, inline, runtime, control, capture, stream_manager
+    )
+
+
+def _lifespan(parts: _Parts) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """The app's lifespan: start the models, capture, metrics, streams and gRPC; on shutdown, drain and stop
+    them in order."""
+    settings, runtime, control, capture = parts.settings, parts.runtime, parts.control, parts.capture
+    lifecycle, service_metrics, stream_manager = parts.lifecycle, parts.metrics, parts.streams
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         executor = ThreadPoolExecutor(settings.worker_threads, thread_name_prefix="detect-worker")
-        app.state.resources = Resources.from_settings(settings, executor, inline)
+        app.state.resources = Resources.from_settings(settings, executor, parts.inline)
         shadow = ShadowRunner(
             runtime, settings.rollout_shadow_max_in_flight, settings.rollout_shadow_timeout_s
         )
@@ -131,7 +150,7 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
             state = ServingState(
                 settings, runtime, control, app.state.pipeline, lifecycle, service_metrics, app.version
             )
-            grpc_server = GrpcServer(state, api_keys)
+            grpc_server = GrpcServer(state, parts.api_keys)
             await grpc_server.start()
         app.state.grpc_server = grpc_server
         try:
@@ -156,25 +175,14 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
                 metrics_server.shutdown()
                 metrics_server.server_close()
 
-    docs = settings.docs
-    app = FastAPI(
-        title="detect",
-        version=_package_version(),
-        description="Object detection over HTTP: dynamic batching, boxed images, Prometheus metrics.",
-        lifespan=lifespan,
-        docs_url=None,  # /docs and /redoc come from service.http.web, on assets served here (no CDN)
-        redoc_url=None,
-        openapi_url="/openapi.json" if docs else None,
-    )
-    app.state.settings = settings
-    app.state.metrics = service_metrics
-    app.state.lifecycle = lifecycle
-    app.state.runtime = runtime
-    app.state.control = control
-    app.state.capture = capture
-    app.state.streams = stream_manager
+    return lifespan
+
+
+def _install_routes(app: FastAPI, parts: _Parts) -> None:
+    """Error handlers, middleware (the API-key check outermost) and every router the settings ask for."""
+    settings, api_keys = parts.settings, parts.api_keys
     install_error_handlers(app)
-    app.add_middleware(DetectRequestMiddleware, lifecycle=lifecycle, metrics=service_metrics)
+    app.add_middleware(DetectRequestMiddleware, lifecycle=parts.lifecycle, metrics=parts.metrics)
     if api_keys:  # added last, so it runs first: nothing else runs for a request without a key
         app.add_middleware(ApiKeyMiddleware, keys=api_keys)
     routers = (
@@ -185,8 +193,38 @@ def create_app(settings: Settings | None = None, *, backend_factory: BackendFact
     for module in routers:
         app.include_router(module.router)
     install_openapi(app, api_keys=bool(api_keys))
-    install_web(app, docs=docs)
+    install_web(app, docs=settings.docs)
     app.include_router(v2_models.router)
     if settings.repository_api:
         app.include_router(v2_repository.router)
+
+
+def create_app(settings: Settings | None = None, *, backend_factory: BackendFactory | None = None) -> FastAPI:
+    """The service app for ``settings`` (default: from the environment).
+
+    ``backend_factory`` turns a repository entry into a backend (default `create_backend`); tests wrap
+    it to observe or pace real backends. Raises `RepositoryError` for a broken model repository,
+    `ApiKeyError` for an unreadable or empty key file and `UnknownIsaError` for an ``ONEDNN_MAX_CPU_ISA``
+    oneDNN does not know (it would run another CPU class than the one asked for, silently).
+    """
+    check_isa_environment()
+    settings = settings if settings is not None else Settings()
+    parts = _build_parts(settings, backend_factory or create_backend)
+    app = FastAPI(
+        title="detect",
+        version=_package_version(),
+        description="Object detection over HTTP: dynamic batching, boxed images, Prometheus metrics.",
+        lifespan=_lifespan(parts),
+        docs_url=None,  # /docs and /redoc come from service.http.web, on assets served here (no CDN)
+        redoc_url=None,
+        openapi_url="/openapi.json" if settings.docs else None,
+    )
+    app.state.settings = settings
+    app.state.metrics = parts.metrics
+    app.state.lifecycle = parts.lifecycle
+    app.state.runtime = parts.runtime
+    app.state.control = parts.control
+    app.state.capture = parts.capture
+    app.state.streams = parts.streams
+    _install_routes(app, parts)
     return app

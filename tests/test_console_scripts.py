@@ -94,7 +94,7 @@ def test_train_without_torch_names_the_extra(tmp_path: Path) -> None:
 
 def test_bench_http_without_httpx_names_the_extra(tmp_path: Path) -> None:
     code = (
-        "import sys; sys.modules['httpx'] = None; from exporters.bench.cli import main; "
+        "import sys; sys.modules['httpx'] = None; from bench.cli import main; "
         f"sys.exit(main(['http', '--url', 'http://127.0.0.1:9', '--images', {str(tmp_path)!r}]))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

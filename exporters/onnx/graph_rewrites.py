@@ -2,7 +2,7 @@
 
 Each function takes an ``onnx.ModelProto`` of this project's export layout (``exporters.onnx.export``) and
 returns a rewritten copy; new exports already have the rewritten form, so these exist for artifacts
-exported before. ``scripts/rewrite_artifact_graph.py`` applies one to an artifact in place and accepts
+exported before. ``scripts/export/rewrite_artifact_graph.py`` applies one to an artifact in place and accepts
 the result only if every output is bit-for-bit equal on real images, on ONNX Runtime and on OpenVINO.
 
 - :func:`mask_scores_before_topk`: the global pre-NMS TopK (EfficientDet) sees scores at or below the
@@ -83,7 +83,7 @@ def sigmoid_after_topk(model: onnx.ModelProto, score_threshold: float) -> onnx.M
     Before: logits -> Sigmoid -> layout ops -> Where(score > t, score, -1) -> TopK -> scores ``[B, k]``.
     After: logits -> layout ops -> Where(x > logit(t), x, float32 min) -> TopK -> Where(x > logit(t),
     Sigmoid(x), -1). The sigmoid is monotonic, so the TopK picks the same candidates in the same order,
-    except among logits whose sigmoids round to one float32 (``scripts/rewrite_artifact_graph.py``
+    except among logits whose sigmoids round to one float32 (``scripts/export/rewrite_artifact_graph.py``
     checks the outputs on real images).
     """
     model = copy_model(model)
@@ -176,7 +176,40 @@ def decode_candidates_only(model: onnx.ModelProto) -> onnx.ModelProto:
     graph = model.graph
     producers = {out: node for node in graph.node for out in node.output}
     constants = _constants(graph)
-    boxes_gather = next(
+    boxes_gather = _boxes_gather(graph, producers)
+    decoding, starts = _decoding(producers, constants, boxes_gather.input[0])
+    if not decoding:
+        raise ValueError(
+            "no per-anchor box decoding in front of the candidates' gather (already rewritten, or none)"
+        )
+    if len(starts) != 1:
+        raise ValueError(f"box decoding starts from {len(starts)} tensors, not one tensor of codes")
+    (codes,) = starts
+
+    new_nodes = _decode_gathered(graph, decoding, codes, constants, boxes_gather.input[1])
+    decoded = boxes_gather.output[0]
+    for node in graph.node:
+        for i, name in enumerate(node.input):
+            if name == decoded:
+                node.input[i] = boxes_gather.input[0]
+    moved = {name for node in decoding for name in node.output}  # their recorded shapes were per anchor
+    stale = [info for info in graph.value_info if info.name in moved]
+    for info in stale:
+        graph.value_info.remove(info)
+    kept = [node for node in graph.node if node is not boxes_gather] + new_nodes
+    del graph.node[:]
+    graph.node.extend(_topological(kept, graph))
+    _drop_unused_constants(graph)  # the per-anchor tables replaced by their gathered copies
+    try:  # shape inference too: an anchor constant the rewrite misread shows as a broadcast error
+        onnx.checker.check_model(model, full_check=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as error:
+        raise ValueError(f"the rewritten graph is not valid: {error}") from None
+    return model
+
+
+def _boxes_gather(graph: onnx.GraphProto, producers: dict[str, onnx.NodeProto]) -> onnx.NodeProto:
+    """The post-processing's GatherElements of the decoder's boxes (its input made outside /postprocess/)."""
+    boxes_gather: onnx.NodeProto | None = next(
         (
             node
             for node in graph.node
@@ -188,16 +221,19 @@ def decode_candidates_only(model: onnx.ModelProto) -> onnx.ModelProto:
     )
     if boxes_gather is None:
         raise ValueError("no GatherElements of the decoder's boxes in /postprocess/")
-    decoding, starts = _decoding(producers, constants, boxes_gather.input[0])
-    if not decoding:
-        raise ValueError(
-            "no per-anchor box decoding in front of the candidates' gather (already rewritten, or none)"
-        )
-    if len(starts) != 1:
-        raise ValueError(f"box decoding starts from {len(starts)} tensors, not one tensor of codes")
-    (codes,) = starts
+    return boxes_gather
 
-    index = boxes_gather.input[1]  # [B, k, 4]: each candidate's anchor, repeated per coordinate
+
+def _decode_gathered(
+    graph: onnx.GraphProto,
+    decoding: list[onnx.NodeProto],
+    codes: str,
+    constants: dict[str, np.ndarray],
+    index: str,
+) -> list[onnx.NodeProto]:
+    """Rewire ``decoding`` onto the candidates: the codes gathered at ``index`` (``[B, k, 4]``: each
+    candidate's anchor, repeated per coordinate) and each per-anchor constant gathered at the candidates'
+    anchors. Returns the new nodes (their initializers are added to ``graph``)."""
     graph.initializer.extend(
         [
             numpy_helper.from_array(np.array([0], np.int64), "decode_candidates_zero"),
@@ -239,24 +275,7 @@ def decode_candidates_only(model: onnx.ModelProto) -> onnx.ModelProto:
                     )
                 )
                 node.input[i] = per_anchor
-    decoded = boxes_gather.output[0]
-    for node in graph.node:
-        for i, name in enumerate(node.input):
-            if name == decoded:
-                node.input[i] = boxes_gather.input[0]
-    moved = {name for node in decoding for name in node.output}  # their recorded shapes were per anchor
-    stale = [info for info in graph.value_info if info.name in moved]
-    for info in stale:
-        graph.value_info.remove(info)
-    kept = [node for node in graph.node if node is not boxes_gather] + new_nodes
-    del graph.node[:]
-    graph.node.extend(_topological(kept, graph))
-    _drop_unused_constants(graph)  # the per-anchor tables replaced by their gathered copies
-    try:  # shape inference too: an anchor constant the rewrite misread shows as a broadcast error
-        onnx.checker.check_model(model, full_check=True)
-    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as error:
-        raise ValueError(f"the rewritten graph is not valid: {error}") from None
-    return model
+    return new_nodes
 
 
 def _drop_unused_constants(graph: onnx.GraphProto) -> None:

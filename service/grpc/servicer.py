@@ -23,9 +23,10 @@ from service.grpc.tensors import decode_grpc_request, encode_grpc_response
 from service.http.lifecycle import Lifecycle
 from service.pipeline.entry import DetectionPipeline
 from service.runtime import tracing
+from service.runtime.loaded_model import LoadedModel
 from service.runtime.metrics import NO_MODEL, ServiceMetrics
 from service.runtime.model_control import ModelControl
-from service.runtime.model_runtime import LoadedModel, ModelRuntime
+from service.runtime.model_runtime import ModelRuntime
 from service.runtime.repository import version_sort_key
 from service.settings import Settings
 from service.v2.infer import infer_decoded

@@ -16,9 +16,10 @@ from service.http.lifecycle import Lifecycle
 from service.http.uploads import BodyReader
 from service.pipeline.entry import DetectionPipeline
 from service.runtime.admission import Resources
+from service.runtime.loaded_model import LoadedModel
 from service.runtime.metrics import ServiceMetrics
 from service.runtime.model_control import ModelControl
-from service.runtime.model_runtime import LoadedModel, ModelRuntime
+from service.runtime.model_runtime import ModelRuntime
 from service.schemas import DetectQuery
 from service.settings import Settings
 from service.streams.manager import StreamManager

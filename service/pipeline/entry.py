@@ -38,11 +38,8 @@ from service.imaging.render import ImageFormat
 from service.imaging.tiling import Tiling
 from service.pipeline.detect import (
     ImageOutcome,
-    MaskFormat,
     Prepared,
-    boxed_image,
     contract_outputs,
-    json_results,
     plan_images,
     postprocess,
     prepare_images,
@@ -50,13 +47,14 @@ from service.pipeline.detect import (
 from service.pipeline.frames import prepare_frames
 from service.pipeline.inference import Outputs, infer
 from service.pipeline.inputs import ImageUpload
+from service.pipeline.output import MaskFormat, boxed_image, json_results
 from service.pipeline.shadow import OnCompared, ShadowRunner
 from service.pipeline.tasks import Gone, cancel_when_gone
 from service.pipeline.timing import RequestStages
 from service.runtime import tracing
 from service.runtime.admission import Resources
 from service.runtime.batching.batch_queue import Priority
-from service.runtime.model_runtime import LoadedModel
+from service.runtime.loaded_model import LoadedModel
 from service.schemas import DetectionResult
 
 T = TypeVar("T")

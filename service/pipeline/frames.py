@@ -14,7 +14,7 @@ from service.errors import BadRequest
 from service.pipeline.detect import Prepared, View
 from service.pipeline.inputs import ImageUpload
 from service.pipeline.timing import RequestStages
-from service.runtime.model_runtime import LoadedModel
+from service.runtime.loaded_model import LoadedModel
 
 
 def prepare_frames(

@@ -14,7 +14,7 @@ from service.pipeline.tasks import gather_in_order
 from service.pipeline.timing import RequestStages
 from service.runtime.batching.batch_queue import Priority
 from service.runtime.batching.batch_worker import ItemTimes
-from service.runtime.model_runtime import LoadedModel
+from service.runtime.loaded_model import LoadedModel
 
 Outputs = dict[str, np.ndarray]
 

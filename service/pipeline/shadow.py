@@ -29,7 +29,8 @@ import numpy as np
 from service.errors import DeadlineExceeded, QueueFull, ServiceUnavailable
 from service.pipeline.inference import Outputs, infer
 from service.pipeline.timing import RequestStages
-from service.runtime.model_runtime import LoadedModel, ModelRuntime
+from service.runtime.loaded_model import LoadedModel
+from service.runtime.model_runtime import ModelRuntime
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from service.runtime.admission import Resources
-from service.runtime.model_runtime import LoadedModel
+from service.runtime.loaded_model import LoadedModel
 
 
 @dataclass(frozen=True)

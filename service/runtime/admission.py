@@ -25,7 +25,7 @@ from service.settings import Settings
 
 T = TypeVar("T")
 
-# Bytes of working memory per decoded pixel, measured with scripts/bench_hostile.py (docs/hardening.md):
+# Bytes of working memory per decoded pixel, measured with scripts/bench/bench_hostile.py (docs/hardening.md):
 # decoding holds the RGB image (3) plus the decoder's buffers; drawing holds the original, a BGR canvas
 # and the encoded result; a mask's pasted bitmap and its RLE columns take about 2 per original pixel.
 DECODE_BYTES_PER_PIXEL = 4

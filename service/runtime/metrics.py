@@ -102,6 +102,27 @@ class ServiceMetrics:
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         r = self.registry
+        self._declare_request_metrics(r)
+        self._declare_model_metrics(r)
+
+        # Operations: readiness as the probe answers it, the RSS and the bound it should stay under.
+        ProcessCollector(registry=r)
+        self.ready = Gauge("detect_ready", "1 when /health/ready answers 200, else 0", registry=r)
+        self.memory_bound = Gauge(
+            "detect_memory_bound_bytes",
+            "Peak RSS bound: the RSS after the last model load and warm-up plus the body and image budgets",
+            registry=r,
+        )
+        self._memory_baseline = 0
+        self._memory_budgets = 0
+        # How long each garbage collection stopped every Python thread (installed by the app's lifespan).
+        self.gc_pauses = GcPauses(r)
+        # What the models output, beside their manifests' baselines (service/runtime/quality_metrics.py).
+        self.quality = QualityMetrics()
+        r.register(self.quality)
+
+    def _declare_request_metrics(self, r: CollectorRegistry) -> None:
+        """Per request and per batch: stage times, batch sizes, queue depth, requests by status."""
         self.stages: dict[str, Histogram] = {
             stage: Histogram(
                 f"detect_{stage}_seconds",
@@ -145,6 +166,9 @@ class ServiceMetrics:
             ["model", "code"],
             registry=r,
         )
+
+    def _declare_model_metrics(self, r: CollectorRegistry) -> None:
+        """Per model version: readiness, loading, runtime and precision, the self-check at load."""
         self.model_ready = Gauge(
             "detect_model_ready",
             "1 when the model version is loaded, warmed up and batching",
@@ -187,22 +211,6 @@ class ServiceMetrics:
             ["model", "version"],
             registry=r,
         )
-
-        # Operations: readiness as the probe answers it, the RSS and the bound it should stay under.
-        ProcessCollector(registry=r)
-        self.ready = Gauge("detect_ready", "1 when /health/ready answers 200, else 0", registry=r)
-        self.memory_bound = Gauge(
-            "detect_memory_bound_bytes",
-            "Peak RSS bound: the RSS after the last model load and warm-up plus the body and image budgets",
-            registry=r,
-        )
-        self._memory_baseline = 0
-        self._memory_budgets = 0
-        # How long each garbage collection stopped every Python thread (installed by the app's lifespan).
-        self.gc_pauses = GcPauses(r)
-        # What the models output, beside their manifests' baselines (service/runtime/quality_metrics.py).
-        self.quality = QualityMetrics()
-        r.register(self.quality)
 
     def track_readiness(self, ready: Callable[[], bool]) -> None:
         """Make ``detect_ready`` answer ``ready()`` at each scrape."""

@@ -25,7 +25,8 @@ import logging
 from dataclasses import dataclass
 
 from service.errors import BadRequest, ModelNotFound
-from service.runtime.model_runtime import LoadedModel, ModelRuntime
+from service.runtime.loaded_model import LoadedModel
+from service.runtime.model_runtime import ModelRuntime
 from service.runtime.repository import (
     IndexEntry,
     RepositoryError,

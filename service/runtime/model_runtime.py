@@ -17,161 +17,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import replace
-from typing import Literal
 
-import numpy as np
-
-from contract.manifest import Manifest
-from service.errors import BadRequest, ModelNotFound, ServiceUnavailable
-from service.runtime.backends import Backend, BackendFactory
-from service.runtime.batching.batch_queue import Priority
-from service.runtime.batching.batch_worker import ItemTimes
+from service.errors import BadRequest, ModelNotFound
+from service.runtime.backends import BackendFactory
 from service.runtime.batching.batcher import DynamicBatcher
 from service.runtime.batching.inline import InlineWork
 from service.runtime.default_model import no_default_message, resolve_default_model
-from service.runtime.metrics import ModelMetrics, ServiceMetrics
+from service.runtime.loaded_model import LoadedModel
+from service.runtime.metrics import ServiceMetrics
 from service.runtime.repository import ModelEntry, version_sort_key
 from service.runtime.rollout import Rollouts
-from service.runtime.self_check import SelfCheckRefused, SelfCheckReport, run_self_check
+from service.runtime.self_check import SelfCheckRefused, run_self_check
 from service.settings import BatchingConfig, Settings
 
 logger = logging.getLogger(__name__)
-
-ModelState = Literal["pending", "loading", "warming", "ready", "failed", "retiring", "stopped"]
-
-
-class LoadedModel:
-    """One model version: manifest, backend, batcher and its state."""
-
-    def __init__(self, entry: ModelEntry, batching: BatchingConfig, metrics: ModelMetrics):
-        self.entry = entry
-        self.batching = batching
-        self.metrics = metrics
-        self.backend: Backend | None = None
-        self.batcher: DynamicBatcher[np.ndarray, dict[str, np.ndarray]] | None = None
-        self.state: ModelState = "pending"
-        self.error: str | None = None
-        self.load_seconds: float | None = None
-        self.self_check: SelfCheckReport | None = None  # None until checked (or its golden file is broken)
-        self._leases = 0
-        self._retired = False
-        self._unleased = asyncio.Event()
-        self._unleased.set()
-
-    @property
-    def name(self) -> str:
-        return self.entry.name
-
-    @property
-    def version(self) -> str:
-        return self.entry.version
-
-    @property
-    def manifest(self) -> Manifest:
-        return self.entry.manifest
-
-    @property
-    def served_by(self) -> str | None:
-        """``name:version`` of the fp32 parent answering in this version's place after a failed self-check."""
-        return self.self_check.served_by if self.self_check is not None else None
-
-    @property
-    def ready(self) -> bool:
-        return self.state == "ready" and self.batcher is not None and self.batcher.alive
-
-    def status(self) -> str:
-        """ok, or what it is doing / why it does not serve."""
-        if self.state == "ready" and self.batcher is not None and not self.batcher.alive:
-            return f"failed: batcher stopped ({self.batcher.failure})"
-        if self.state == "ready":
-            return "ok"
-        return f"failed: {self.error}" if self.state == "failed" else self.state
-
-    def run_batch(self, images: list[np.ndarray]) -> list[dict[str, np.ndarray]]:
-        """The batcher's work function (inference thread): B images [H, W, 3] -> B output dicts."""
-        assert self.backend is not None
-        outputs = self.backend.infer(np.stack(images))  # B x (H, W, 3) -> (B, H, W, 3)
-        return [{name: value[i] for name, value in outputs.items()} for i in range(len(images))]
-
-    def require_ready(self) -> DynamicBatcher[np.ndarray, dict[str, np.ndarray]]:
-        """The batcher this version serves with; `ServiceUnavailable` (503, Retry-After) while it does
-        not serve (loading, failed, batcher stopped). Every request path checks readiness here."""
-        if self.batcher is None or not self.ready:
-            raise ServiceUnavailable(
-                f"model {self.name!r} version {self.version!r} is {self.status()}", retry_after_s=5
-            )
-        return self.batcher
-
-    def admit(
-        self, images: int, deadline: float | None, priority: Priority = "interactive", room: int | None = None
-    ) -> None:
-        """Refuse now (429 + Retry-After) ``images`` that could not be done by ``deadline`` behind the
-        queue as it is, or whose ``room`` places (default ``images``) do not fit in it
-        (`DynamicBatcher.admit`)."""
-        self.require_ready().admit(images, deadline, priority, room)
-
-    async def submit(
-        self,
-        image: np.ndarray,
-        deadline: float | None,
-        times: ItemTimes | None = None,
-        priority: Priority = "interactive",
-    ) -> dict[str, np.ndarray]:
-        """Queue one network-sized image; its outputs (batch dimension removed) once its batch ran.
-        ``times`` receives when it waited and ran (`ItemTimes`); ``priority``: see `DynamicBatcher`."""
-        return await self.require_ready().submit(image, deadline=deadline, times=times, priority=priority)
-
-    @contextmanager
-    def lease(self) -> Iterator[LoadedModel]:
-        """Hold this version for one request: `retire` waits until every lease is returned."""
-        self._leases += 1
-        self._unleased.clear()
-        try:
-            yield self
-        finally:
-            self._leases -= 1
-            if self._leases == 0:
-                self._unleased.set()
-
-    async def retire(self, timeout: float | None) -> None:
-        """Stop serving once no request holds this version any more (at most ``timeout`` seconds),
-        run what is still queued, then release the backend. Call after new requests can no longer
-        resolve it."""
-        if self._retired:
-            return
-        self._retired = True  # it keeps serving the requests that hold a lease on it
-        try:
-            async with asyncio.timeout(timeout):
-                await self._unleased.wait()
-        except TimeoutError:
-            logger.warning(
-                "model %s version %s: %d request(s) still running after %ss; stopping it anyway",
-                self.name,
-                self.version,
-                self._leases,
-                timeout,
-            )
-        self.state = "retiring"
-        if self.batcher is not None:
-            await self.batcher.stop(timeout)
-        if self.backend is not None:
-            await asyncio.to_thread(self.backend.close)
-        self.state = "stopped"
-
-    def warmup(self) -> None:
-        """Run a batch of 1, a full batch and every static-shape batch size of black images on every stream
-        of the runtime (a backend hands out its infer requests in turn): first runs allocate memory and pick
-        kernels, so the memory a model holds is reached before it reports ready."""
-        assert self.backend is not None
-        spec = self.manifest.input
-        limit = self.batching.max_batch_size
-        static = {size for size in self.backend.static_batch_sizes if size <= limit}
-        for size in sorted({1, limit} | static):
-            for _ in range(self.backend.streams):
-                self.backend.infer(np.zeros((size, spec.height, spec.width, 3), dtype=np.uint8))
 
 
 def _info_labels(model: LoadedModel) -> tuple[str, str, str, str] | None:

@@ -10,7 +10,8 @@ import numpy as np
 
 from contract.manifest import Label
 from service.imaging.postprocess import KeptDetections
-from service.streams.reader import Frame, RateMeter
+from service.streams.frame import Frame
+from service.streams.reader import RateMeter
 
 # Lag percentiles and the largest run of predicted frames are reported over this many latest answers.
 WINDOW = 256

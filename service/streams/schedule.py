@@ -24,7 +24,7 @@ with activity than the detector can follow every ``active_every_frames`` frames)
 it goes only when its session has waited its fair share, sessions / rate seconds since its last
 detection (the sessions that asked in the last 2 s): the detector's queue and the lag stay bounded and
 every session keeps its turn, whichever round its frames happen to arrive in. The same rule runs live
-(`service.streams.scheduler`) and on a simulated clock (`service.bench.stream_replay`).
+(`service.streams.scheduler`) and on a simulated clock (`bench.streams.replay`).
 """
 
 from __future__ import annotations

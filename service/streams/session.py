@@ -43,10 +43,11 @@ from service.pipeline.entry import DetectionPipeline
 from service.runtime.model_runtime import ModelRuntime
 from service.streams.answers import AnswerStats, frame_event
 from service.streams.events import EventHub
+from service.streams.frame import Frame, SourceTooLarge, scaled_size
 from service.streams.metrics import StreamMetrics
 from service.streams.motion import MotionMeter
 from service.streams.predictor import FramePredictor
-from service.streams.reader import Frame, FrameReader, NewestFrame, ReaderConfig, SourceTooLarge, scaled_size
+from service.streams.reader import FrameReader, NewestFrame, ReaderConfig
 from service.streams.schedule import Candidate, start_deadline_s
 from service.streams.scheduler import DetectionScheduler
 from service.streams.schemas import StreamInfo, StreamRequest

@@ -29,7 +29,8 @@ from service.settings import Settings
 from service.v2.signature import BYTES_INPUT
 from service.v2.tensors import DecodedRequest, decode_request, encode_response, header_length
 
-# Image memory held while a JSON request is parsed, per byte of JSON. scripts/measure_v2_json_memory.py
+# Image memory held while a JSON request is parsed, per byte of JSON.
+# scripts/profiling/measure_v2_json_memory.py
 # (4 images of 300x300 as JSON integers): peak RSS grew by 8.7 bytes per byte for a flat list, 19.9 for
 # nested [B][H][W][3] lists (a Python list per pixel).
 JSON_BYTES_PER_BYTE = 24

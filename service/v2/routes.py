@@ -23,7 +23,8 @@ from service.http.deps import (
 )
 from service.http.middleware import started_at
 from service.http.uploads import disconnected
-from service.runtime.model_runtime import LoadedModel, ModelRuntime
+from service.runtime.loaded_model import LoadedModel
+from service.runtime.model_runtime import ModelRuntime
 from service.runtime.repository import version_sort_key
 from service.schemas import ErrorBody
 from service.v2.infer import read_request, run_inference

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from contract.manifest import MASK_OUTPUT
-from service.runtime.model_runtime import LoadedModel
+from service.runtime.loaded_model import LoadedModel
 from service.v2.schemas import ModelMetadata, TensorMetadata
 
 BYTES_INPUT = "image_bytes"

@@ -44,7 +44,7 @@ VideoFormat = Literal["ndjson", "mp4"]
 MEDIA_TYPES: dict[VideoFormat, str] = {"ndjson": "application/x-ndjson", "mp4": "video/mp4"}
 FRAME_BYTES_PER_PIXEL = 3  # a decoded RGB frame waiting for, or in, the model
 # What a video costs whatever its size: FFmpeg's demuxer, decoder and (MP4) encoder contexts and buffers
-# (scripts/measure_video_memory.py: ~16 MiB at 640x480 beyond the per-pixel part).
+# (scripts/profiling/measure_video_memory.py: ~16 MiB at 640x480 beyond the per-pixel part).
 VIDEO_FIXED_BYTES = 16 * 1024 * 1024
 
 
@@ -118,7 +118,7 @@ class FrameAnswer:
 def working_set(pixels: int, frames_in_flight: int, fmt: VideoFormat) -> int:
     """Bytes a video of ``pixels``-pixel frames holds in the image budget for its whole run: the decoder,
     two groups of frames (one decoding, one in the model), for MP4 the drawing and the encoder, and a
-    fixed part for FFmpeg's contexts (measured: scripts/measure_video_memory.py)."""
+    fixed part for FFmpeg's contexts (measured: scripts/profiling/measure_video_memory.py)."""
     per_pixel = DECODER_BYTES_PER_PIXEL + 2 * frames_in_flight * FRAME_BYTES_PER_PIXEL
     if fmt == "mp4":
         per_pixel += RENDER_BYTES_PER_PIXEL + ENCODER_BYTES_PER_PIXEL

@@ -1,6 +1,6 @@
-"""`make image-test` runs the image with the Deployment's own settings (scripts/imagetest/): that the podman
-arguments carry every setting of the rendered CPU overlay, and that its deliberate breakage still applies
-to this Dockerfile. The image itself is built and run by `make image-test`, not here."""
+"""`make image-test` runs the image with the Deployment's own settings (scripts/deploy/imagetest/): that the
+podman arguments carry every setting of the rendered CPU overlay, and that its deliberate breakage still
+applies to this Dockerfile. The image itself is built and run by `make image-test`, not here."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import deploy_testkit as kit
 import pytest
 
-sys.path.insert(0, str(kit.ROOT / "scripts"))
+sys.path.insert(0, str(kit.ROOT / "scripts" / "deploy"))
 from imagetest import base, breakage
 from imagetest.container import run_arguments
 from imagetest.pod import PodRuntime, pod_runtime

@@ -1,6 +1,6 @@
 """k8s/monitoring: the dashboard's and the rules' PromQL is valid and names only metrics a live server serves;
 the alert rules pass their `promtool test rules` unit tests; the PrometheusRule is generated from the plain
-rules file. promtool comes from Debian's `prometheus` package (scripts/install-system-deps.sh)."""
+rules file. promtool comes from Debian's `prometheus` package (scripts/dev/install-system-deps.sh)."""
 
 from __future__ import annotations
 
@@ -29,10 +29,10 @@ from service_testkit import (
     wait_until,
 )
 
+from bench.streams.sources import SourceServer
 from contract.manifest import Manifest
 from contract.quality import QualityCounts, class_names
 from service.app import create_app
-from service.bench.stream_sources import SourceServer
 
 MONITORING = K8S / "monitoring"
 RULES = MONITORING / "detect-rules.yaml"
@@ -49,7 +49,8 @@ def promtool() -> str:
     path = shutil.which("promtool")
     if path is None:
         pytest.skip(
-            "promtool not installed (Debian package 'prometheus'; scripts/install-system-deps.sh installs it)"
+            "promtool not installed (Debian package 'prometheus'; "
+            "scripts/dev/install-system-deps.sh installs it)"
         )
     return path
 
@@ -206,7 +207,7 @@ def test_every_alert_is_tested_firing_and_not_firing():
 
 def test_prometheus_rule_is_generated_from_the_rules_file(rendered: dict[str, list[dict[str, Any]]]):
     result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "monitoring_rules.py"), "--check"],
+        [sys.executable, str(ROOT / "scripts" / "deploy" / "monitoring_rules.py"), "--check"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -17,9 +17,9 @@ import pytest
 from PIL import Image
 from service_testkit import encode, make_settings, start_client, stream_info, wait_until
 
+from bench.streams.sources import SourceServer
 from contract.manifest import Manifest
 from service.app import create_app
-from service.bench.stream_sources import SourceServer
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "models"

@@ -40,7 +40,7 @@ from service.imaging.render import MEDIA_TYPES
 from service.pipeline.entry import BoxedImage, DetectOptions, OutputFormat, PipelineRequest
 from service.pipeline.inputs import ImageUpload
 from service.runtime.admission import Resources
-from service.runtime.model_runtime import LoadedModel
+from service.runtime.loaded_model import LoadedModel
 from service.schemas import DetectionResult, DetectionResults, DetectQuery, ErrorBody
 from service.settings import Settings
 from service.video.decoding import VIDEO_MEDIA_TYPES, looks_like_video

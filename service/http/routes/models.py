@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from service.http.deps import RuntimeDep
-from service.runtime.model_runtime import LoadedModel
+from service.runtime.loaded_model import LoadedModel
 from service.schemas import BatchingInfo, ErrorBody, ModelInfo, ModelList, SelfCheckInfo
 
 router = APIRouter(prefix="/v1/models", tags=["models"])

@@ -89,6 +89,40 @@ def _type_name(value: Any) -> str:
     return {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}.get(text, text)
 
 
+def _warn_if_unmeasured_here(manifest: Manifest, model_path: Path) -> None:
+    """Warn when an INT8 artifact's accuracy was never measured on this machine's CPU class."""
+    cpu_class = effective_class(cpu_flags())
+    measured = manifest.accuracy.by_isa if manifest.accuracy is not None else {}
+    if manifest.precision == "int8" and cpu_class not in measured:
+        logger.warning(
+            "%s: its accuracy was not measured on this CPU class (%s; measured on %s): OpenVINO runs "
+            "INT8 differently per class (docs/quantization.md), the self-check at load is what vouches "
+            "for its answers here",
+            model_path,
+            cpu_class,
+            sorted(measured) or "an unrecorded class",
+        )
+
+
+def _compile_config(
+    hint: str, threads: int, streams: int, static_batch_sizes: tuple[int, ...]
+) -> dict[str, Any]:
+    """The CPU plugin's compile properties (the cache folder apart); raises `BackendLoadError` for
+    streams or static batch sizes below 1."""
+    if streams < 1:
+        raise BackendLoadError(f"openvino streams must be >= 1, not {streams}")
+    if any(size < 1 for size in static_batch_sizes):
+        raise BackendLoadError(f"openvino static batch sizes must be >= 1, not {static_batch_sizes}")
+    config: dict[str, Any] = {
+        "INFERENCE_PRECISION_HINT": hint,
+        "PERFORMANCE_HINT": "LATENCY" if streams == 1 else "THROUGHPUT",
+        "NUM_STREAMS": streams,
+    }
+    if threads > 0:
+        config["INFERENCE_NUM_THREADS"] = threads
+    return config
+
+
 class OpenVinoBackend(Backend):
     """Runs an ONNX or IR artifact on OpenVINO's CPU plugin.
 
@@ -119,28 +153,8 @@ class OpenVinoBackend(Backend):
             ) from exc
         self._version = ov.__version__.split("-")[0]
         hint = hint_for_cpu(manifest, precision, list(openvino_cpu_capabilities()))
-        cpu_class = effective_class(cpu_flags())
-        measured = manifest.accuracy.by_isa if manifest.accuracy is not None else {}
-        if manifest.precision == "int8" and cpu_class not in measured:
-            logger.warning(
-                "%s: its accuracy was not measured on this CPU class (%s; measured on %s): OpenVINO runs "
-                "INT8 differently per class (docs/quantization.md), the self-check at load is what vouches "
-                "for its answers here",
-                model_path,
-                cpu_class,
-                sorted(measured) or "an unrecorded class",
-            )
-        if streams < 1:
-            raise BackendLoadError(f"openvino streams must be >= 1, not {streams}")
-        if any(size < 1 for size in static_batch_sizes):
-            raise BackendLoadError(f"openvino static batch sizes must be >= 1, not {static_batch_sizes}")
-        config: dict[str, Any] = {
-            "INFERENCE_PRECISION_HINT": hint,
-            "PERFORMANCE_HINT": "LATENCY" if streams == 1 else "THROUGHPUT",
-            "NUM_STREAMS": streams,
-        }
-        if threads > 0:
-            config["INFERENCE_NUM_THREADS"] = threads
+        _warn_if_unmeasured_here(manifest, model_path)
+        config = _compile_config(hint, threads, streams, static_batch_sizes)
         core = openvino_core()
         self.cache_dir = _usable_cache_dir(cache_dir)
         if self.cache_dir is not None:

@@ -32,7 +32,12 @@ def _outputs(version_dir: Path, images: np.ndarray) -> list[np.ndarray]:
 def test_the_recipe_reproduces_the_shipped_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     source = tmp_path / "source"
     fetched = run_script(
-        "fetch_mediapipe_ssd", "--out", str(source), "--cache", str(ROOT / "data" / "downloads"), timeout=240
+        "models/fetch_mediapipe_ssd",
+        "--out",
+        str(source),
+        "--cache",
+        str(ROOT / "data" / "downloads"),
+        timeout=240,
     )
     assert fetched.returncode == 0, fetched.stderr
     assert json.loads((source / "import.json").read_text())["name"] == "ssd-mobilenetv2-oidv4"

@@ -93,7 +93,7 @@ def test_sigmoid_after_topk_keeps_the_outputs_but_the_order_of_ties(
     """Scores and counts bit for bit; boxes and classes too wherever no two kept scores are equal. A
     random network saturates some images' sigmoid scores to 1.0: among such ties the TopK over logits
     keeps another order, and with it other boxes (the shipped artifacts showed no ties: 0 of 200 images
-    changed, scripts/rewrite_artifact_graph.py)."""
+    changed, scripts/export/rewrite_artifact_graph.py)."""
     before = decode_candidates_only(graphs["before"])
     after = sigmoid_after_topk(before, 0.05)
     (sigmoid,) = [node for node in after.graph.node if node.name == "/postprocess/SigmoidAfterTopK"]

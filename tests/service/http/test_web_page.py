@@ -1,7 +1,7 @@
 """The page at /, in a real headless Chromium (Debian's `chromium` + `chromium-driver`, driven by selenium)
 against a real `detect-serve` on 127.0.0.1: what it draws equals what the API answers.
 
-The browser and its driver come from scripts/install-system-deps.sh (as root); without them these tests
+The browser and its driver come from scripts/dev/install-system-deps.sh (as root); without them these tests
 skip and say so. Screenshots are saved under the test's tmp_path.
 """
 
@@ -21,14 +21,14 @@ import pytest
 from pycocotools import mask as mask_utils
 from service_testkit import PROJECT, Server, add_toy_model, encode
 
-from service.bench.stream_sources import SourceServer, synthetic_frames
+from bench.streams.sources import SourceServer, synthetic_frames
 from service.http.web import SAMPLES_DIR
 
 CHROMIUM = shutil.which("chromium")
 CHROMEDRIVER = shutil.which("chromedriver")
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None or CHROMEDRIVER is None,
-    reason="needs chromium and chromium-driver (Debian packages; scripts/install-system-deps.sh installs "
+    reason="needs chromium and chromium-driver (Debian packages; scripts/dev/install-system-deps.sh installs "
     "them when run as root)",
 )
 SAMPLE = "shapes-1.jpg"

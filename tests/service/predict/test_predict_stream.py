@@ -19,7 +19,7 @@ from service_testkit import Server, wait_until
 
 import service.predict.detectors as detectors
 import service.predict.stream as stream_module
-from service.bench.stream_sources import SourceServer
+from bench.streams.sources import SourceServer
 from service.predict.cli import main
 
 WHITE = [np.full((48, 64, 3), 250, np.uint8)] * 4

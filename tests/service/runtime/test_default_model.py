@@ -76,7 +76,7 @@ def test_served_detections_equal_the_artifacts_onnx_runtime_detections() -> None
 
 
 def test_the_repository_declares_its_default_model() -> None:
-    # scripts/choose_default_model.py's rule over the run in docs/cpu-inference.md
+    # scripts/models/choose_default_model.py's rule over the run in docs/cpu-inference.md
     assert read_default_file(REPOSITORY) == "efficientdet-d0-synth-int8"
     # Another model exported next to it changes nothing.
     declared = "efficientdet-d0-synth-int8"

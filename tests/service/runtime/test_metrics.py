@@ -86,7 +86,8 @@ def test_exposition_passes_promtool(client: TestClient, tmp_path: Path) -> None:
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.skip(
-            "promtool not installed (Debian package 'prometheus'; scripts/install-system-deps.sh installs it)"
+            "promtool not installed (Debian package 'prometheus'; "
+            "scripts/dev/install-system-deps.sh installs it)"
         )
     text = exercise(client)
     result = subprocess.run(

@@ -2,7 +2,7 @@
 
 Run with the system Python, which has PyGObject and the GStreamer bindings (Debian packages
 `python3-gi gir1.2-gst-rtsp-server-1.0 gstreamer1.0-plugins-base gstreamer1.0-plugins-good
-gstreamer1.0-plugins-ugly`, see scripts/install-system-deps.sh); the project's virtual environment has
+gstreamer1.0-plugins-ugly`, see scripts/dev/install-system-deps.sh); the project's virtual environment has
 neither:
 
     /usr/bin/python3 tests/service/streams/rtsp_server.py --width 160 --height 120 --fps 15

@@ -19,7 +19,7 @@ import pytest
 from listener_testkit import CountingListener, ScriptedServer
 from service_testkit import wait_until
 
-from service.bench.stream_sources import SourceServer
+from bench.streams.sources import SourceServer
 from service.streams.guard import AddressClass, Redirects, Resolver, SourceGuard
 from service.streams.reader import FrameReader, NewestFrame, ReaderConfig
 from service.streams.sources import PROTOCOL_WHITELIST

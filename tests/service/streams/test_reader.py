@@ -12,16 +12,9 @@ import numpy as np
 import pytest
 from service_testkit import wait_until
 
-from service.bench.stream_sources import SourceServer
-from service.streams.reader import (
-    Frame,
-    FrameReader,
-    NewestFrame,
-    RateMeter,
-    ReaderConfig,
-    SourceTooLarge,
-    scaled_size,
-)
+from bench.streams.sources import SourceServer
+from service.streams.frame import Frame, SourceTooLarge, scaled_size
+from service.streams.reader import FrameReader, NewestFrame, RateMeter, ReaderConfig
 from service.streams.sources import PROTOCOL_WHITELIST
 from service.streams.state import SessionState
 
@@ -184,7 +177,7 @@ def test_an_mjpeg_frame_converts_like_ffmpeg_with_its_size_known_before_decoding
     import av
     import simplejpeg
 
-    from service.bench.stream_sources import synthetic_frames
+    from bench.streams.sources import synthetic_frames
 
     rgb = synthetic_frames(320, 240, 1)[0]
     data = simplejpeg.encode_jpeg(rgb, quality=90, colorspace="RGB")

@@ -3,7 +3,8 @@ run by the system Python) serving RTP/JPEG and RTP/H.264, pulled by the reader o
 arrive at the camera's size, a session runs them through the pipeline, and a camera that dies, freezes or
 comes back is a visible state with its reason, never a stuck thread.
 
-Skipped, with the reason, where the GStreamer RTSP server is not installed (scripts/install-system-deps.sh).
+Skipped, with the reason, where the GStreamer RTSP server is not installed
+(scripts/dev/install-system-deps.sh).
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ import pytest
 from fastapi.testclient import TestClient
 from service_testkit import frames_processed, stream_info, wait_until
 
+from service.streams.frame import Frame
 from service.streams.guard import SourceGuard
-from service.streams.reader import Frame, FrameReader, NewestFrame, ReaderConfig
+from service.streams.reader import FrameReader, NewestFrame, ReaderConfig
 from service.streams.sources import PROTOCOL_WHITELIST
 from service.streams.state import SessionState
 
@@ -135,7 +137,7 @@ def start_camera(tmp_path: Path) -> Iterator[Callable[..., RtspCamera]]:
     at its end."""
     reason = missing_server()
     if reason is not None:
-        pytest.skip(f"{reason}; scripts/install-system-deps.sh installs it")
+        pytest.skip(f"{reason}; scripts/dev/install-system-deps.sh installs it")
     cameras: list[RtspCamera] = []
 
     def start(*, port: int = 0, pattern: str = "ball", fps: int = 15, login: str | None = None) -> RtspCamera:

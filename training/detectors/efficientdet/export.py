@@ -8,8 +8,8 @@ in the graph as a constant, training's box decoding), class-aware NMS at IoU 0.5
 
 The eager reference is training's EfficientDet post-processing (``training.detectors.efficientdet
 .postprocess``: effdet's top-k selection, the same decoding, class-aware NMS) with the export's
-settings; with top-k 5000 and no score threshold that is effdet's ``DetBenchPredict`` (see
-``scripts/compare_effdet_topk.py`` for the effect of the lower top-k).
+settings; with top-k 5000 and no score threshold that is effdet's ``DetBenchPredict`` (docs/results.md
+gives the effect of the lower top-k).
 
 Inputs are letterboxed (``resize="letterbox"``, pad = the ImageNet mean as uint8), the geometry of
 ``training.data.letterbox`` that the service repeats, so boxes map back to the original image for any

@@ -21,8 +21,8 @@ from fastapi.testclient import TestClient
 from listener_testkit import CountingListener, ScriptedServer
 from service_testkit import GatedFactory, frames_processed, make_settings, stream_info, wait_until
 
+from bench.streams.sources import SourceServer
 from service.app import create_app
-from service.bench.stream_sources import SourceServer
 
 MakeClient = Callable[..., TestClient]
 # White frames: the toy model's scores are then its full scale (0.8 to 1.0), so every detection is tracked.

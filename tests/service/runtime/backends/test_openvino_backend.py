@@ -371,7 +371,7 @@ def test_warmup_runs_every_stream_at_every_warm_size(tmp_path: Path) -> None:
 
 def warmup_batch_sizes(tmp_path: Path, backend_settings: Settings, streams: int = 1) -> list[int]:
     """The batch sizes a toy model's warmup (max batch size 4) runs on the OpenVINO backend, sorted."""
-    from service.runtime.model_runtime import LoadedModel
+    from service.runtime.loaded_model import LoadedModel
     from service.settings import BatchingConfig
 
     version_dir = add_toy_model(tmp_path / "repo", "toy")

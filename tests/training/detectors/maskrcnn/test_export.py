@@ -18,9 +18,9 @@ from service_testkit import encode, make_settings, start_client
 from torchvision.models.detection.rpn import concat_box_prediction_layers
 from torchvision.ops.poolers import LevelMapper
 
+from bench.backend.artifact import run_bench
+from bench.backend.command import add_arguments
 from contract.manifest import MASK_OUTPUT, Manifest
-from exporters.bench.backend import run_bench
-from exporters.bench.backend_command import add_arguments
 from exporters.checkpoint_export import OnnxExportRequest, export_onnx
 from exporters.errors import ExportError
 from exporters.evaluation.verify import (

@@ -1,0 +1,1 @@
+"""Models of a server, fitted from its measured costs: the queue model of batching under open-loop load."""

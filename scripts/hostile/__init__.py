@@ -1,2 +1,0 @@
-"""The hostile-input suite of ``scripts/bench_hostile.py``: payloads, transport, server and monitors,
-cases, and the report."""
