@@ -42,6 +42,9 @@ RATE_SMOOTHING = 16
 # The adaptive policy sizes batches for this multiple of the arrival rate, so the worker stays below ~80%
 # busy and a burst drains instead of queueing behind batches that only just keep up.
 KEEP_UP_HEADROOM = 1.25
+# The adaptive policy batches only with sizes whose measured time per image is at least this much below a
+# single request's: a batch that gains less (on a CPU, often none) only makes its requests wait for it.
+BATCH_GAIN_MARGIN = 0.1
 
 
 @dataclass(frozen=True)
@@ -151,20 +154,27 @@ def dispatch_size(
     every batch delays all the requests still waiting by its time, so running the ``waiting`` requests as
     batches ``k1, k2, ...`` sums to ``waiting * t(k1) + (waiting - k1) * t(k2) + ...``; the first batch of the
     split that minimises this (dynamic programming over the sizes, smaller first on a tie). Once they do
-    not, at least the size among those waiting that serves the most requests per second.
+    not, at least the size among those waiting that serves the most requests per second. Either way only
+    sizes whose time per image beats a single request's by `BATCH_GAIN_MARGIN` are used.
     """
     if waiting <= 1:
         return waiting
+    single = batch_seconds(1)
+
+    def cost(k: int) -> float:  # a size that does not beat single requests by the margin is never used
+        seconds = batch_seconds(k)
+        return seconds if k == 1 or seconds <= k * single * (1 - BATCH_GAIN_MARGIN) else math.inf
+
     summed = [0.0] * (waiting + 1)
     first = [0] * (waiting + 1)
     for queued in range(1, waiting + 1):
         summed[queued], first[queued] = min(
-            (queued * batch_seconds(k) + summed[queued - k], k) for k in range(1, queued + 1)
+            (queued * cost(k) + summed[queued - k], k) for k in range(1, queued + 1)
         )
-    if keep_up_size(rate * KEEP_UP_HEADROOM, max_batch_size, batch_seconds) == 1:
+    if keep_up_size(rate * KEEP_UP_HEADROOM, max_batch_size, cost) == 1:
         return first[waiting]
     # Single requests do not keep up: the size among those waiting that serves the most per second.
-    fastest = max(range(1, waiting + 1), key=lambda k: (k / max(batch_seconds(k), 1e-9), k))
+    fastest = max(range(1, waiting + 1), key=lambda k: (k / max(cost(k), 1e-9), k))
     return max(first[waiting], fastest)
 
 

@@ -15,8 +15,10 @@ import math
 from collections import deque
 
 HISTORY = 50
-# The per-size averages follow the last ~this many batches of that size (exponential moving average).
+# The per-size averages follow the last ~this many batches of that size (exponential moving average),
+# and stand for that size once it has run this many times (the linear fit before).
 SIZE_SMOOTHING = 9
+SIZE_MIN_RUNS = 3
 
 
 class BatchTimeModel:
@@ -27,6 +29,7 @@ class BatchTimeModel:
         self._coefficients: tuple[float, float] | None = None
         self._spread_seen = False
         self._by_size: dict[int, float] = {}
+        self._runs: dict[int, int] = {}
         self._size_alpha = 2.0 / (SIZE_SMOOTHING + 1)
 
     def observe(self, size: int, seconds: float) -> None:
@@ -35,6 +38,7 @@ class BatchTimeModel:
         self._observed.append((size, seconds))
         last = self._by_size.get(size)
         self._by_size[size] = seconds if last is None else last + self._size_alpha * (seconds - last)
+        self._runs[size] = self._runs.get(size, 0) + 1
         n = len(self._observed)
         sum_x = sum_y = sum_xx = sum_xy = 0.0
         for x, y in self._observed:
@@ -68,9 +72,11 @@ class BatchTimeModel:
         return a * size + b
 
     def size_seconds(self, size: int) -> float:
-        """Time of a batch of ``size`` as measured for that size lately (the linear fit before it has run)."""
-        measured = self._by_size.get(size)
-        return self.seconds(size) if measured is None else measured
+        """Time of a batch of ``size`` as measured for that size lately (the linear fit until it has run
+        `SIZE_MIN_RUNS` times)."""
+        if self._runs.get(size, 0) < SIZE_MIN_RUNS:
+            return self.seconds(size)
+        return self._by_size[size]
 
 
 def expected_finish_s(

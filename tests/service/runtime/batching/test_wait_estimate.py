@@ -77,6 +77,8 @@ def test_size_seconds_is_what_each_size_measured_lately() -> None:
     assert model.size_seconds(2) == pytest.approx(0.018)
     assert model.size_seconds(8) == pytest.approx(0.055)
     assert model.size_seconds(4) == pytest.approx(model.seconds(4))  # not run yet: the linear fit
+    model.observe(4, 0.001)
+    assert model.size_seconds(4) == pytest.approx(model.seconds(4))  # run once: still the fit
     for _ in range(30):
         model.observe(2, 0.012)  # the average follows the recent batches of that size
     assert model.size_seconds(2) == pytest.approx(0.012, rel=0.01)
