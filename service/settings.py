@@ -86,12 +86,13 @@ class Settings(BaseSettings):
     # the worker is busy. False: it waits up to max_queue_delay_ms for others to batch with.
     dispatch_when_idle: bool = True
     # How a batch closes: "fixed" (full, max_queue_delay_ms, deadline, and with dispatch_when_idle an idle
-    # worker), "adaptive" (closes as fixed; the free worker then takes only the share of the batch that
-    # pays, judged on the time each batch size measured and the arrival rate: one by one at low load,
-    # larger batches once arrivals outpace single requests; service/runtime/batching/batch_close.py) or
+    # worker), "adaptive" (the default: closes as fixed; the free worker then takes only the share of the
+    # batch that pays, judged on the time each batch size measured and the arrival rate: one by one at low
+    # load, larger batches once arrivals outpace single requests; service/runtime/batching/batch_close.py;
+    # measured against the others in docs/benchmarks/batching.md) or
     # "latency" (from the fitted batch times, the arrival rate and batch_latency_budget_ms, a batch stops
     # growing when one more request would keep its oldest one past that budget).
-    batch_policy: Literal["fixed", "adaptive", "latency"] = "fixed"
+    batch_policy: Literal["fixed", "adaptive", "latency"] = "adaptive"
     batch_latency_budget_ms: float = Field(default=100.0, gt=0)
     # Opt-in (0 = off): while requests come one at a time and nothing else runs in the service, a batch
     # whose fitted time is at most inline_max_ms and image work on at most inline_max_pixels decoded pixels
