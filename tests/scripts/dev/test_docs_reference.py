@@ -10,7 +10,7 @@ from scripts_testkit import load_script
 
 from service.settings import Settings
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 docs_reference = load_script("dev/docs_reference")
 
 
