@@ -88,8 +88,11 @@ def test_a_single_image_overtakes_a_large_tiled_request(
 ) -> None:
     """Tiles are queued tiling_batch_size at a time, one window after the other, after interactive images:
     an image sent while a 17-input tiled request runs goes alone into the very next batch (all tiles queued
-    at once, in arrival order, would have kept it behind all 16 others)."""
-    client = make_client(toy_repo, model_overrides={"toy": {"max_batch_size": 4}}, tiling_batch_size=4)
+    at once, in arrival order, would have kept it behind all 16 others). The fixed batching policy runs each
+    window whole (the adaptive one would run the toy model's tiles one by one: batching gains it nothing)."""
+    client = make_client(
+        toy_repo, model_overrides={"toy": {"max_batch_size": 4}}, tiling_batch_size=4, batch_policy="fixed"
+    )
     backend = gated.backends["toy"]
     backend.gate = gate = threading.Event()
     answers: dict[str, object] = {}
