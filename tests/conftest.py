@@ -1,16 +1,21 @@
-"""Fixtures every test package shares: small synthetic COCO-layout datasets, written once per session."""
+"""Fixtures every test package shares, made once per session when first asked for: small synthetic
+COCO-layout datasets, and a tiny real SSD300 checkpoint with one exported artifact (builders:
+``detectors_testkit``, ``exporters_testkit``; used by tests/exporters and tests/bench/backend)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cv2
 import numpy as np
 import pytest
 
 from training.data.synthetic import SyntheticConfig, generate_dataset
+
+if TYPE_CHECKING:
+    from exporters_testkit import ExportedArtifact
 
 NUM_TRAIN = 10
 NUM_VAL = 4
@@ -116,3 +121,22 @@ def coco2017(tmp_path: Path) -> Path:
     """A COCO-2017-named layout (train2017 only) with crowd, degenerate and out-of-image boxes."""
     _write_coco2017(tmp_path)
     return tmp_path
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from detectors_testkit import make_checkpoint
+
+    return make_checkpoint(tmp_path_factory.mktemp("ckpt") / "checkpoint.pt")
+
+
+@pytest.fixture(scope="session")
+def exported(tiny_checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> ExportedArtifact:
+    """The checkpoint exported once (with verification) to ``models/tiny/1``; tests must not modify it."""
+    from exporters_testkit import ExportedArtifact
+
+    from exporters.checkpoint_export import OnnxExportRequest, export_onnx
+
+    directory = tmp_path_factory.mktemp("repo") / "models" / "tiny" / "1"
+    manifest = export_onnx(OnnxExportRequest(checkpoint=tiny_checkpoint, output=directory))
+    return ExportedArtifact(tiny_checkpoint, directory, manifest)

@@ -362,27 +362,38 @@ def webm_clip(path: Path, frames: int = 8) -> Path:
     return path
 
 
-def test_video_tab_shows_an_uploaded_clips_frames_with_track_ids(
-    browser: Any, server: Server, tmp_path: Path
-) -> None:
+def clip_on_the_page(
+    browser: Any, server: Server, clip: Path, detect_every: int = 1
+) -> tuple[list[Any], Any]:
+    """The clip's NDJSON answer from the API, and what the video tab shows after uploading it (with its
+    "Detect every" control at ``detect_every``)."""
     from selenium.webdriver.common.by import By
 
-    clip = webm_clip(tmp_path / "shapes.webm")
+    query = f"?detect_every={detect_every}" if detect_every > 1 else ""
     answer = httpx.post(
-        f"{server.url}/detect",
+        f"{server.url}/detect{query}",
         content=clip.read_bytes(),
         headers={"content-type": "video/webm"},
         timeout=WAIT_S,
     )
     assert answer.status_code == 200, answer.text
     lines = [json.loads(line) for line in answer.text.splitlines()]
-
     browser.get(f"{server.url}/")
     wait_for(browser, "document.getElementById('model').options.length > 0", "the model list")
     browser.find_element(By.ID, "tab-video").click()
+    if detect_every > 1:
+        every = browser.find_element(By.ID, "clip-detect-every")
+        every.clear()
+        every.send_keys(str(detect_every))
     browser.find_element(By.ID, "clip").send_keys(str(clip))
     wait_for(browser, "window.detectVideo.clip && window.detectVideo.clip.done", "the clip's answer")
-    shown = browser.execute_script("return window.detectVideo.clip")
+    return lines, browser.execute_script("return window.detectVideo.clip")
+
+
+def test_video_tab_shows_an_uploaded_clips_frames_with_track_ids(
+    browser: Any, server: Server, tmp_path: Path
+) -> None:
+    lines, shown = clip_on_the_page(browser, server, webm_clip(tmp_path / "shapes.webm"))
     assert shown["error"] is None
     assert shown["frames"] == lines[:-1] and shown["summary"] == lines[-1]
     assert lines[-1]["tracks"] >= 1  # the shapes are tracked
@@ -411,28 +422,8 @@ def test_video_tab_shows_an_uploaded_clips_frames_with_track_ids(
 def test_video_tab_sends_detect_every_and_shows_the_predicted_frames(
     browser: Any, server: Server, tmp_path: Path
 ) -> None:
-    from selenium.webdriver.common.by import By
-
-    clip = webm_clip(tmp_path / "shapes.webm")
-    answer = httpx.post(
-        f"{server.url}/detect?detect_every=3",
-        content=clip.read_bytes(),
-        headers={"content-type": "video/webm"},
-        timeout=WAIT_S,
-    )
-    assert answer.status_code == 200, answer.text
-    lines = [json.loads(line) for line in answer.text.splitlines()]
+    lines, shown = clip_on_the_page(browser, server, webm_clip(tmp_path / "shapes.webm"), detect_every=3)
     assert {line["source"] for line in lines[:-1]} == {"detected", "predicted"}
-
-    browser.get(f"{server.url}/")
-    wait_for(browser, "document.getElementById('model').options.length > 0", "the model list")
-    browser.find_element(By.ID, "tab-video").click()
-    every = browser.find_element(By.ID, "clip-detect-every")
-    every.clear()
-    every.send_keys("3")
-    browser.find_element(By.ID, "clip").send_keys(str(clip))
-    wait_for(browser, "window.detectVideo.clip && window.detectVideo.clip.done", "the clip's answer")
-    shown = browser.execute_script("return window.detectVideo.clip")
     assert shown["error"] is None
     assert shown["frames"] == lines[:-1] and shown["summary"] == lines[-1]
     browser.save_screenshot(str(tmp_path / "page-video-detect-every.png"))
