@@ -21,29 +21,9 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from server_scenario_model import measured_raw, throughputs
+
 from bench.model.queue_model import DISPATCH, SizeCosts, highest_rate, simulate
-
-
-def pairs(items: list[str]) -> dict[int, float]:
-    out = {}
-    for item in items:
-        size, sep, value = item.partition("=")
-        try:
-            out[int(size)] = float(value)
-        except ValueError:
-            raise SystemExit(f"{item!r}: expected BATCH=MS, e.g. 8=55.1") from None
-        if not sep:
-            raise SystemExit(f"{item!r}: expected BATCH=MS, e.g. 8=55.1")
-    return out
-
-
-def measured_ms(repository: str, images: list[str], sizes: list[int]) -> dict[int, float]:
-    from bench.load.http_load import load_images
-    from bench.server.backend_throughput import measure_backend_throughput
-
-    data = [image.data for image in load_images(images)]
-    rates = {n: measure_backend_throughput(repository, batch_size=n, images=data).images_per_s for n in sizes}
-    return {n: 1000.0 * n / rate for n, rate in rates.items()}
 
 
 def main() -> int:
@@ -70,7 +50,11 @@ def main() -> int:
         raise SystemExit("give --batch-ms or --measure (with --images)")
     if args.measure and not args.images:
         raise SystemExit("--measure needs --images")
-    base = pairs(args.batch_ms) if args.batch_ms else measured_ms(args.measure, args.images, args.sizes)
+    if args.batch_ms:
+        base = throughputs(args.batch_ms, value="MS", example="8=55.1")
+    else:
+        rates = measured_raw(args.measure, args.images, args.sizes)
+        base = {n: 1000.0 * n / rate for n, rate in rates.items()}
     cost = SizeCosts({n: ms + args.overhead_ms * n for n, ms in base.items()})
     capacity = 1000.0 * args.max_batch / cost.ms(args.max_batch)
     print(

@@ -22,16 +22,17 @@ from pathlib import Path
 from bench.model.queue_model import BatchCost, highest_rate, simulate
 
 
-def throughputs(items: list[str]) -> dict[int, float]:
+def throughputs(items: list[str], value: str = "IMG_PER_S", example: str = "8=92.7") -> dict[int, float]:
+    """``BATCH=VALUE`` arguments as {batch size: value}."""
     pairs = {}
     for item in items:
         size, sep, rate = item.partition("=")
         try:
             pairs[int(size)] = float(rate)
         except ValueError:
-            raise SystemExit(f"{item!r}: expected BATCH=IMG_PER_S, e.g. 8=92.7") from None
+            raise SystemExit(f"{item!r}: expected BATCH={value}, e.g. {example}") from None
         if not sep:
-            raise SystemExit(f"{item!r}: expected BATCH=IMG_PER_S, e.g. 8=92.7")
+            raise SystemExit(f"{item!r}: expected BATCH={value}, e.g. {example}")
     return pairs
 
 
