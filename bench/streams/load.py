@@ -5,10 +5,11 @@ The benchmark serves N synthetic 640x480 MJPEG cameras at 15 fps on 127.0.0.1 (`
 sources, opens N stream sessions, and after a warm-up measures for ``--duration`` seconds: frames
 processed per second per stream (from ``GET /v1/streams``), frames dropped, the lag from capture to
 event of every event received over Server-Sent Events (p50, p99), the latency of an interactive client's
-``POST /detect`` of a sample image every 0.25 s beside the streams (p50, p99: the priority at work), and
-the server's CPU use (its process's user + system time; 100% = one core) and resident memory. Each N is
-one JSON line in ``--out``; an N already there for the same model, fps and duration is skipped, so an
-interrupted run resumes.
+``POST /detect`` of a sample image every 0.25 s beside the streams (p50, p99: the priority at work; the
+client runs in a process of its own, `bench.streams.interactive`, and measures its idle p50 alone before
+the sessions open), the share of the window the detector ran, and the server's CPU use (its process's
+user + system time; 100% = one core) and resident memory. Each N is one JSON line in ``--out``; an N
+already there for the same model, fps and duration is skipped, so an interrupted run resumes.
 
     detect-bench streams --streams 1,2,4,8,16 --duration 20 --out docs/results/streams.jsonl
 
@@ -28,8 +29,13 @@ from pathlib import Path
 import numpy as np
 
 from bench.load.proc_cpu import cpu_times
+from bench.load.scrape import histogram_totals, window_gain
 from bench.server.local_server import local_server
+from bench.streams.interactive import start_probe
 from bench.streams.sources import SAMPLES, SourceServer
+
+# Seconds of interactive requests alone, before the sessions open: the idle p50.
+IDLE_PROBE_S = 5.0
 
 
 @dataclass
@@ -49,15 +55,23 @@ class StreamsResult:
     lag_ms_p50: float | None
     lag_ms_p99: float | None
     events: int
-    # One interactive client beside the streams: POST /detect of a sample image every 0.25 s.
+    # One interactive client beside the streams, in a process of its own: POST /detect of a sample image
+    # every 0.25 s; the same client alone before the sessions open gives the idle p50 to compare with.
     interactive_requests: int
     interactive_ok: int
     interactive_ms_p50: float | None
     interactive_ms_p99: float | None
+    interactive_idle_ms_p50: float | None
+    # Medians of the interactive answers' Server-Timing stages (ms), beside the streams and idle.
+    interactive_stages_ms_p50: dict[str, float]
+    interactive_idle_stages_ms_p50: dict[str, float]
     server_cpu_percent: float  # 100 = one core
     # Share of the window the model's detector was running a batch (its inference seconds / the window):
     # near 1 means it never idled while frames waited.
     detector_busy: float
+    # The model's batches in the window (stream frames and interactive requests): mean images, mean ms.
+    batch_mean: float | None
+    batch_ms_mean: float | None
     server_rss_mb: float  # the server's resident memory at the end of the window
     load_average: tuple[float, float, float]
     cpus: int
@@ -137,6 +151,9 @@ def _measure(
     import httpx
 
     assert isinstance(client, httpx.Client)
+    image = sorted(SAMPLES.glob("shapes-*.jpg"))[0].read_bytes()
+    idle_start = time.time() + 1.0  # the probe's process starts meanwhile
+    idle = start_probe(url, model, image, idle_start, idle_start + IDLE_PROBE_S).result()
     ids = []
     for i in range(n):
         body = {"url": source.url(f"mjpeg/cam{n}-{i}"), "model": model, "fps": args.fps}
@@ -149,25 +166,24 @@ def _measure(
     readers = [threading.Thread(target=_read_events, args=(url, i, lags, counting, stop)) for i in ids]
     for reader in readers:
         reader.start()
-    interactive: list[tuple[int, float]] = []
-    asking = threading.Thread(target=_ask_interactively, args=(url, model, interactive, counting, stop))
-    asking.start()
+    window_start = time.time() + args.warmup
+    asking = start_probe(url, model, image, window_start, window_start + args.duration)
     time.sleep(args.warmup)
-    busy0 = _inference_seconds(client, model)
+    totals0 = _totals(client, model)
     before, cpu0, t0 = _snapshot(client), cpu_times(pid).total_s, time.monotonic()
     counting.set()
     time.sleep(args.duration)
     counting.clear()
     after, cpu1, t1 = _snapshot(client), cpu_times(pid).total_s, time.monotonic()
-    busy1 = _inference_seconds(client, model)
+    gained = window_gain(totals0, _totals(client, model))
     rss_mb = _rss_mb(pid)
     stop.set()
     for stream_id in ids:
         client.delete(f"/v1/streams/{stream_id}")
-    for reader in [*readers, asking]:
+    for reader in readers:
         reader.join(10)
+    interactive = asking.result(timeout=60)
     elapsed = t1 - t0
-    asked = np.array([ms for code, ms in interactive if code == 200]) if interactive else np.array([])
     fps = [(after[i]["frames_processed"] - before[i]["frames_processed"]) / elapsed for i in ids]
     detected = [(after[i]["frames_detected"] - before[i]["frames_detected"]) / elapsed for i in ids]
     dropped = [int(after[i]["dropped_frames"] - before[i]["dropped_frames"]) for i in ids]
@@ -187,12 +203,17 @@ def _measure(
         lag_ms_p50=None if values is None else round(float(np.percentile(values, 50)), 1),
         lag_ms_p99=None if values is None else round(float(np.percentile(values, 99)), 1),
         events=len(lags),
-        interactive_requests=len(interactive),
-        interactive_ok=int(asked.size),
-        interactive_ms_p50=round(float(np.percentile(asked, 50)), 1) if asked.size else None,
-        interactive_ms_p99=round(float(np.percentile(asked, 99)), 1) if asked.size else None,
+        interactive_requests=len(interactive.answers),
+        interactive_ok=int(interactive.ok_ms.size),
+        interactive_ms_p50=interactive.p(50),
+        interactive_ms_p99=interactive.p(99),
+        interactive_idle_ms_p50=idle.p(50),
+        interactive_stages_ms_p50=interactive.stage_p50(),
+        interactive_idle_stages_ms_p50=idle.stage_p50(),
         server_cpu_percent=round(100 * (cpu1 - cpu0) / elapsed, 1),
-        detector_busy=round((busy1 - busy0) / elapsed, 3),
+        detector_busy=round(gained.get("detect_inference_seconds", (0.0, 0.0))[0] / elapsed, 3),
+        batch_mean=_mean(gained, "detect_batch_size", 1.0),
+        batch_ms_mean=_mean(gained, "detect_inference_seconds", 1000.0),
         server_rss_mb=round(rss_mb, 1),
         load_average=os.getloadavg(),
         cpus=os.cpu_count() or 0,
@@ -207,35 +228,17 @@ def _snapshot(client: object) -> dict[str, dict[str, float]]:
     return {s["id"]: s for s in client.get("/v1/streams").json()["streams"]}
 
 
-def _inference_seconds(client: object, model: str) -> float:
-    """The model's summed batch inference time so far, from ``detect_inference_seconds`` in /metrics."""
+def _totals(client: object, model: str) -> dict[str, tuple[float, float]]:
+    """The model's histogram totals so far (``detect_inference_seconds``, ``detect_batch_size``, ...)."""
     import httpx
-
-    from bench.load.scrape import histogram_totals
 
     assert isinstance(client, httpx.Client)
-    return histogram_totals(client.get("/metrics").text, model).get("detect_inference_seconds", (0.0, 0.0))[0]
+    return histogram_totals(client.get("/metrics").text, model)
 
 
-def _ask_interactively(
-    url: str, model: str, results: list[tuple[int, float]], counting: threading.Event, stop: threading.Event
-) -> None:
-    """POST /detect of a sample image every 0.25 s while counting: (status, milliseconds) of each."""
-    import httpx
-
-    image = sorted(SAMPLES.glob("shapes-*.jpg"))[0].read_bytes()
-    with httpx.Client(base_url=url, timeout=30) as client:
-        while not stop.wait(0.25):
-            if not counting.is_set():
-                continue
-            started = time.perf_counter()
-            try:
-                code = client.post(
-                    "/detect", params={"model": model}, content=image, headers={"content-type": "image/jpeg"}
-                ).status_code
-            except httpx.HTTPError:
-                code = 0
-            results.append((code, 1000 * (time.perf_counter() - started)))
+def _mean(gained: dict[str, tuple[float, float]], name: str, scale: float) -> float | None:
+    total, count = gained.get(name, (0.0, 0.0))
+    return round(scale * total / count, 2) if count else None
 
 
 def _read_events(
@@ -260,7 +263,9 @@ def _row(r: StreamsResult) -> str:
         f" min {r.processed_fps_min:5.2f}"
         f"  detected mean {r.detected_fps_mean:5.2f} min {r.detected_fps_min:5.2f}"
         f"  dropped {sum(r.dropped):5d}  lag p50 {r.lag_ms_p50} ms p99 {r.lag_ms_p99} ms"
-        f"  /detect p50 {r.interactive_ms_p50} ms p99 {r.interactive_ms_p99} ms ({r.interactive_ok} ok)"
-        f"  detector busy {r.detector_busy:.2f}  server CPU {r.server_cpu_percent:.0f}%"
+        f"  /detect p50 {r.interactive_ms_p50} ms (idle {r.interactive_idle_ms_p50})"
+        f" p99 {r.interactive_ms_p99} ms ({r.interactive_ok} ok)"
+        f"  detector busy {r.detector_busy:.2f} (batch {r.batch_mean}, {r.batch_ms_mean} ms)"
+        f"  server CPU {r.server_cpu_percent:.0f}%"
         f" RSS {r.server_rss_mb:.0f} MB  load {r.load_average[0]:.2f}"
     )

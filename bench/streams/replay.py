@@ -233,8 +233,9 @@ def replay_scheduled(
         wanted = len(candidates)
         fair_age = len(cameras) / budget.rate
         slots, room = budget.slots(wanted), budget.forced_room(wanted)
-        # Work-conserving as the live scheduler: an idle detector takes up to a batch beyond the budget.
-        idle = 0 if detector.running or detector.queue else min(wanted, cost.max_batch)
+        # Work-conserving as the live scheduler: while nothing waits for the detector (a batch may be
+        # running), up to a batch goes on deck beyond the budget.
+        idle = 0 if detector.queue else min(wanted, cost.max_batch)
         picked = set(choose(candidates, max(slots, idle), policy, room, fair_age))
         budget.spend(max(0, len(picked) - max(0, idle - slots)))
         for candidate in candidates:

@@ -193,12 +193,13 @@ class StreamManager:
         return batcher.batch_times.seconds(batcher.max_batch_size)
 
     def _spare(self, model_name: str) -> int:
-        """A batch of stream frames when the model's detector is idle (nothing running or queued), else 0."""
+        """A batch of stream frames when nothing waits for the model's detector (a batch may be running: the
+        frames then wait on deck, so the detector starts them the moment it frees), else 0."""
         try:
             batcher = self._runtime.get(model_name, None).batcher
         except ServiceError:
             return 0
-        return 0 if batcher is None or batcher.busy else batcher.stream_batch_size
+        return 0 if batcher is None or batcher.queue_depth > 0 else batcher.stream_batch_size
 
     def all(self) -> list[StreamSession]:
         self.require_enabled()

@@ -5,13 +5,14 @@ A session asks `DetectionScheduler.decide` with its `Candidate`; the first quest
 runs ``interval_s`` later (so the sessions whose frames arrive meanwhile are ranked together), and every
 question of the round is answered by `service.streams.schedule.choose` within the model's budget: the
 stream share of the model's throughput (``stream_detect_share`` x images per second at full batches, from
-the batch times the model's batcher fits), or a fixed ``stream_detect_budget_fps``. While the model's
-throughput is not known yet (no batch has run), every frame is detected. The measured budget is also
-work-conserving: when the model's detector is idle at a round (no batch running, nothing queued), up to
-a batch of the round's frames go to it beyond the budget, without spending it, so the detector never
-idles while frames wait, and the batch-time fit sees full batches (a fit made on single frames would
-otherwise keep the estimate, and the budget, low). Nothing runs while no session asks: no task, no
-timer.
+the time its batcher measures for a batch of stream frames), or a fixed ``stream_detect_budget_fps``.
+While the model's throughput is not known yet (no batch has run), every frame is detected. The measured
+budget is also work-conserving: when nothing waits for the model's detector at a round (a batch may be
+running), up to a batch of the round's frames go to it beyond the budget, without spending it: they wait
+on deck and start the moment the running batch ends, so the detector does not idle while frames wait
+(a frame decided only once the detector is idle would leave it idle for the round's wait and the
+hand-off). Interactive requests still go ahead of a frame on deck. Nothing runs while no session asks:
+no task, no timer.
 
 Stream frames still enter the batcher at stream priority, so interactive requests go first whatever the
 budget; the share leaves the rest of the detector's time to them.

@@ -24,6 +24,11 @@ Out = TypeVar("Out")
 Priority = Literal["interactive", "bulk", "stream"]
 
 
+def run_order(pending: Pending[In, Out]) -> int:
+    """Sort key of a batch's items when only part of it runs now: interactive, then bulk, then stream."""
+    return 2 if pending.background else 1 if pending.bulk else 0
+
+
 class BatchQueue(Generic[In, Out]):
     """Waiting requests of one model (event-loop thread only)."""
 

@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
 from service.errors import DeadlineExceeded, QueueFull, ServiceError, ServiceUnavailable
-from service.runtime.batching.batch_queue import BatchQueue, Priority
+from service.runtime.batching.batch_queue import BatchQueue, Priority, run_order
 from service.runtime.batching.batch_worker import BatcherMetrics, ItemTimes, NoMetrics, Pending
 from service.runtime.batching.close_rules import CloseRules
 from service.runtime.batching.inline import InlineWork
@@ -178,10 +178,10 @@ class DynamicBatcher(Generic[In, Out]):
         return retry_after_s(self.expected_finish_s(1), 0.0)
 
     def throughput(self, size: int | None = None) -> float | None:
-        """Images per second in batches of ``size`` (default: full batches) with every worker busy, from the
-        fitted batch times (None before the first batch)."""
+        """Images per second in batches of ``size`` (default: full) with every worker busy, from the time that
+        size took lately (`BatchTimeModel.size_seconds`: a few slow batches of another size tilt the fit)."""
         size = self.max_batch_size if size is None else size
-        seconds = self.batch_times.seconds(size)
+        seconds = self.batch_times.size_seconds(size)
         if not self.batch_times.known or seconds <= 0:
             return None
         return size * len(self._worker.workers) / seconds
@@ -341,6 +341,8 @@ class DynamicBatcher(Generic[In, Out]):
             reason = self._rules.reason(batch, now, self._stopping) or ("budget" if capped else None)
             if reason is not None and self._worker.idle:
                 share = self._rules.share(len(batch), now)
+                if share < len(batch):  # the part that runs now: interactive items first, stream frames last
+                    batch.sort(key=run_order)
                 batch, self._waiting.forming = batch[:share], batch[share:]
                 self._metrics.queue_depth(self.queue_depth)
                 return batch, reason

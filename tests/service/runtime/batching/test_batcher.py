@@ -408,3 +408,17 @@ def test_throughput_is_full_batches_per_second_from_the_fitted_batch_times() -> 
             assert batcher.throughput(2) == pytest.approx(workers * 2 / 0.03)
 
     asyncio.run(run())
+
+
+def test_throughput_at_a_size_that_has_run_is_from_its_own_times() -> None:
+    """Single frames at 10 ms, and a few slow batches of 2: the line through both would put a single
+    frame at 4 ms (or, the other way, far too slow); the size's own moving average keeps it at 10 ms."""
+    batcher: DynamicBatcher[int, int] = DynamicBatcher(
+        "test", lambda items: items, max_batch_size=4, max_queue_delay_s=0.005, max_queue_size=16
+    )
+    for _ in range(20):
+        batcher.batch_times.observe(1, 0.010)
+    for _ in range(3):
+        batcher.batch_times.observe(2, 0.060)
+    assert batcher.batch_times.seconds(1) != pytest.approx(0.010, rel=0.2)  # the line is tilted
+    assert batcher.throughput(1) == pytest.approx(100.0)

@@ -163,3 +163,42 @@ def test_the_adaptive_policy_runs_a_batch_that_costs_more_one_request_at_a_time(
         return sizes
 
     assert asyncio.run(scenario()) == [1, 1, 1, 1]
+
+
+def test_the_part_of_a_closed_batch_that_runs_first_is_its_interactive_items() -> None:
+    """A stream frame waiting on deck, then an interactive request: when the worker frees and takes one of
+    the two, it takes the interactive one (the frame runs after it)."""
+
+    async def scenario() -> list[list[str]]:
+        batches: list[list[str]] = []
+        gate = threading.Event()
+
+        def run_batch(items: list[str]) -> Sequence[str]:
+            batches.append(list(items))
+            if items == ["running"]:
+                gate.wait(10)
+            return items
+
+        batcher: DynamicBatcher[str, str] = DynamicBatcher(
+            "m", run_batch, max_batch_size=8, max_queue_delay_s=0.005, max_queue_size=16,
+            dispatch_when_idle=True, policy="adaptive", stream_batch_size=1,
+        )  # fmt: skip
+        for _ in range(3):
+            batcher.batch_times.observe(1, 0.010)
+            batcher.batch_times.observe(2, 0.030)  # two cost more than two of one
+        batcher.start()
+        try:
+            running = asyncio.ensure_future(batcher.submit("running"))
+            while not batches:
+                await asyncio.sleep(0.001)
+            frame = asyncio.ensure_future(batcher.submit("frame", priority="stream"))
+            await asyncio.sleep(0.01)
+            asked = asyncio.ensure_future(batcher.submit("interactive"))
+            await asyncio.sleep(0.01)
+            gate.set()
+            assert list(await asyncio.gather(running, frame, asked)) == ["running", "frame", "interactive"]
+        finally:
+            await batcher.stop(timeout=5)
+        return batches
+
+    assert asyncio.run(scenario()) == [["running"], ["interactive"], ["frame"]]
