@@ -69,6 +69,11 @@ class StreamsResult:
     # Share of the window the model's detector was running a batch (its inference seconds / the window):
     # near 1 means it never idled while frames waited.
     detector_busy: float
+    # The stream budget (frames/s, ``detect_stream_budget_fps``: mean of its value at the window's start and
+    # end) and the share of it the detections used (all streams' detected fps / budget; over 1: the
+    # detector's idle time went to frames beyond the budget).
+    budget_fps: float | None
+    budget_used: float | None
     # The model's batches in the window (stream frames and interactive requests): mean images, mean ms.
     batch_mean: float | None
     batch_ms_mean: float | None
@@ -169,13 +174,14 @@ def _measure(
     window_start = time.time() + args.warmup
     asking = start_probe(url, model, image, window_start, window_start + args.duration)
     time.sleep(args.warmup)
-    totals0 = _totals(client, model)
+    totals0, budget0 = _totals(client, model), _budget_fps(client, model)
     before, cpu0, t0 = _snapshot(client), cpu_times(pid).total_s, time.monotonic()
     counting.set()
     time.sleep(args.duration)
     counting.clear()
     after, cpu1, t1 = _snapshot(client), cpu_times(pid).total_s, time.monotonic()
-    gained = window_gain(totals0, _totals(client, model))
+    gained, budget1 = window_gain(totals0, _totals(client, model)), _budget_fps(client, model)
+    budget = (budget0 + budget1) / 2 if budget0 and budget1 else None
     rss_mb = _rss_mb(pid)
     stop.set()
     for stream_id in ids:
@@ -212,6 +218,8 @@ def _measure(
         interactive_idle_stages_ms_p50=idle.stage_p50(),
         server_cpu_percent=round(100 * (cpu1 - cpu0) / elapsed, 1),
         detector_busy=round(gained.get("detect_inference_seconds", (0.0, 0.0))[0] / elapsed, 3),
+        budget_fps=None if budget is None else round(budget, 1),
+        budget_used=None if budget is None else round(float(np.sum(detected)) / budget, 3),
         batch_mean=_mean(gained, "detect_batch_size", 1.0),
         batch_ms_mean=_mean(gained, "detect_inference_seconds", 1000.0),
         server_rss_mb=round(rss_mb, 1),
@@ -234,6 +242,20 @@ def _totals(client: object, model: str) -> dict[str, tuple[float, float]]:
 
     assert isinstance(client, httpx.Client)
     return histogram_totals(client.get("/metrics").text, model)
+
+
+def _budget_fps(client: object, model: str) -> float | None:
+    """The model's stream budget now, frames per second (None: not reported, or not known yet)."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    assert isinstance(client, httpx.Client)
+    for family in text_string_to_metric_families(client.get("/metrics").text):
+        if family.name == "detect_stream_budget_fps":
+            for sample in family.samples:
+                if sample.labels.get("model") == model and sample.value > 0:
+                    return float(sample.value)
+    return None
 
 
 def _mean(gained: dict[str, tuple[float, float]], name: str, scale: float) -> float | None:
@@ -266,6 +288,7 @@ def _row(r: StreamsResult) -> str:
         f"  /detect p50 {r.interactive_ms_p50} ms (idle {r.interactive_idle_ms_p50})"
         f" p99 {r.interactive_ms_p99} ms ({r.interactive_ok} ok)"
         f"  detector busy {r.detector_busy:.2f} (batch {r.batch_mean}, {r.batch_ms_mean} ms)"
+        f"  budget {r.budget_fps} fps, used {r.budget_used}"
         f"  server CPU {r.server_cpu_percent:.0f}%"
         f" RSS {r.server_rss_mb:.0f} MB  load {r.load_average[0]:.2f}"
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import uuid
 from pathlib import Path
 
@@ -76,7 +77,9 @@ class StreamManager:
             settings.stream_detect_budget_fps,
             settings.stream_schedule_interval_ms / 1000,
         )
-        self.scheduler = DetectionScheduler(policy, budget, self._throughput, spare=self._spare)
+        self.scheduler = DetectionScheduler(
+            policy, budget, self._throughput, spare=self._spare, report=self._report_budget
+        )
         self._pipeline: DetectionPipeline | None = None
         self._stopping = False
         # Read when the app is created, so a broken file stops the server before it serves.
@@ -200,6 +203,9 @@ class StreamManager:
         except ServiceError:
             return 0
         return 0 if batcher is None or batcher.queue_depth > 0 else batcher.stream_batch_size
+
+    def _report_budget(self, model_name: str, rate: float) -> None:
+        self._metrics.budget_fps.labels(model_name).set(rate if math.isfinite(rate) else 0.0)
 
     def all(self) -> list[StreamSession]:
         self.require_enabled()

@@ -103,6 +103,12 @@ class StreamMetrics:
             registry=r,
         )
         self.sessions = Gauge("detect_streams", "Stream sessions by state", ["state"], registry=r)
+        self.budget_fps = Gauge(
+            "detect_stream_budget_fps",
+            "Stream frames per second the model's detection budget allows (0: not known yet, all detected)",
+            ["model"],
+            registry=r,
+        )
         for state in STATES:
             self.sessions.labels(state).set(0)
 

@@ -52,12 +52,14 @@ class DetectionScheduler:
         throughput: Callable[[str], float | None],
         clock: Callable[[], float] = time.monotonic,
         spare: Callable[[str], int] = lambda model: 0,
+        report: Callable[[str, float], None] = lambda model, rate: None,
     ):
         self.policy = policy
         self.config = config
         self._throughput = throughput
         self._clock = clock
         self._spare = spare  # model -> images its detector would start now with nothing else waiting
+        self._report = report  # (model, the budget's frames per second) at each round
         self._budgets: dict[str, TokenBudget] = {}
         self._waiting: dict[str, list[tuple[Candidate, asyncio.Future[bool]]]] = {}
         self._round: asyncio.TimerHandle | None = None
@@ -102,6 +104,7 @@ class DetectionScheduler:
             if budget is None:
                 budget = self._budgets[model] = TokenBudget(self.rate(model))
             budget.set_rate(self.rate(model))
+            self._report(model, budget.rate)
             budget.refill(now)
             wanted = len(entries)
             slots, room = budget.slots(wanted), budget.forced_room(wanted)

@@ -4,6 +4,7 @@ budget whenever nothing waits for the detector, a batch running or not."""
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 from collections.abc import Sequence
 from types import SimpleNamespace
@@ -51,3 +52,13 @@ def test_a_frame_goes_on_deck_while_a_batch_runs_and_none_once_one_waits() -> No
         return seen
 
     assert asyncio.run(scenario()) == [1, 1, 0]
+
+
+def test_the_budget_of_each_model_is_a_gauge() -> None:
+    registry = CollectorRegistry()
+    runtime: Any = SimpleNamespace(get=lambda name, version: None)
+    manager = StreamManager(Settings(), runtime, StreamMetrics(registry), predictor_factory=lambda *a: None)
+    manager._report_budget("a", 42.5)
+    manager._report_budget("b", math.inf)  # not known yet: every frame detected
+    assert registry.get_sample_value("detect_stream_budget_fps", {"model": "a"}) == 42.5
+    assert registry.get_sample_value("detect_stream_budget_fps", {"model": "b"}) == 0.0

@@ -22,8 +22,13 @@ async def _round(scheduler: DetectionScheduler, candidates: list[Candidate], mod
 def test_unknown_throughput_detects_everything_and_a_known_one_limits() -> None:
     throughput: dict[str, float | None] = {"m": None}
     now = [0.0]
+    reported: list[tuple[str, float]] = []
     scheduler = DetectionScheduler(
-        POLICY, BudgetConfig(share=0.5, interval_s=0.001), throughput.get, clock=lambda: now[0]
+        POLICY,
+        BudgetConfig(share=0.5, interval_s=0.001),
+        throughput.get,
+        clock=lambda: now[0],
+        report=lambda model, rate: reported.append((model, rate)),
     )
 
     async def run() -> None:
@@ -41,6 +46,7 @@ def test_unknown_throughput_detects_everything_and_a_known_one_limits() -> None:
         assert await _round(scheduler, [forced, _waiting("s0", 0.5)]) == [True, False]
 
     asyncio.run(run())
+    assert reported == [("m", math.inf), ("m", 8.0), ("m", 8.0), ("m", 8.0)]  # each round's budget
 
 
 def test_a_fixed_budget_and_models_apart() -> None:
