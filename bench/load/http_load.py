@@ -70,6 +70,7 @@ class HttpLoadResult:
     server_cpu_user_s: float | None = None
     server_cpu_system_s: float | None = None
     server_voluntary_switches: int | None = None  # thread blocks (hand-offs, wake-ups) over the window
+    server_threads_cpu_s: dict[str, float] = field(default_factory=dict)  # bench.load.thread_cpu groups
     raw_backend: dict[str, object] | None = field(default=None)
     http_over_raw: float | None = None
     rounds: int = 1
@@ -264,6 +265,7 @@ def merge_rounds(rounds: list[HttpLoadResult]) -> HttpLoadResult:
         server_cpu_user_s=_sum_or_none([r.server_cpu_user_s for r in rounds]),
         server_cpu_system_s=_sum_or_none([r.server_cpu_system_s for r in rounds]),
         server_voluntary_switches=_int_sum_or_none([r.server_voluntary_switches for r in rounds]),
+        server_threads_cpu_s=dict(sum((Counter(r.server_threads_cpu_s) for r in rounds), Counter())),
         rounds=len(rounds),
         stage_totals={
             name: (

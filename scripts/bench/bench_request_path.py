@@ -26,6 +26,10 @@ CPU counts its child processes:
         --variants '{"detect-serve": {}, "bare app": {"BENCH_SERVER": "bare"},
                      "litserve": {"BENCH_SERVER": "litserve"}}'
 
+``--threads`` (with wrk) adds each server's CPU per request by thread (`bench.load.thread_cpu`: exact times
+from /proc, threads named by py-spy), e.g. the inference thread, the image workers and the event loop
+apart.
+
 The raw yardstick is ``--raw pipeline`` (default: decode to JSON inline in this process, from the same
 image bytes) or ``--raw backend`` (inference alone).
 """
@@ -118,6 +122,11 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--raw", choices=("pipeline", "backend"), default="pipeline", help="raw yardstick")
     parser.add_argument("--jsonl", type=Path, help="append one JSON line per variant here")
+    parser.add_argument(
+        "--threads",
+        action="store_true",
+        help="with --client wrk: also each server's CPU per request by thread (bench.load.thread_cpu)",
+    )
     return parser.parse_args()
 
 
@@ -133,6 +142,7 @@ def load_one(
             duration_s=args.window,
             warmup_s=1.0,
             server_pid=process.pid,
+            threads=args.threads,
         )
     run = run_http_load(
         url,
@@ -201,6 +211,10 @@ def report(
         f"batch {merged.mean_batch_size or 0:.2f}  client CPU {client_ms:.2f} ms/req  {server}  "
         f"thread blocks {switches:.1f}/req"
     )
+    threads = merged.server_threads_cpu_s
+    per_thread = {name: round(seconds * 1000 / max(merged.ok, 1), 2) for name, seconds in threads.items()}
+    if per_thread:
+        print("    by thread, ms/req: " + "  ".join(f"{name} {ms:.2f}" for name, ms in per_thread.items()))
     if not args.jsonl:
         return
     line = {
@@ -224,6 +238,7 @@ def report(
             "system": (system or 0) * 1000 / max(merged.ok, 1),
         },
         "server_voluntary_switches_per_request": switches,
+        "server_threads_cpu_ms_per_request": per_thread,
         "load_average": os.getloadavg(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
