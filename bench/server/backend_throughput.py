@@ -46,6 +46,8 @@ class BackendThroughput:
     images_per_s: float
     batch_ms_p50: float
     yardstick: Yardstick = "backend"
+    # CPU of this process (every thread: the runtime's too) per image over the timed batches, ms.
+    cpu_ms_per_image: float | None = None
 
 
 def resolve_entry(path: str | Path, model: str | None = None) -> ModelEntry:
@@ -123,11 +125,13 @@ def measure_backend_throughput(
 
         call(0)  # warm-up: first runs allocate
         times: list[float] = []
+        cpu_started = time.process_time()
         stop_at = time.perf_counter() + duration_s
         while time.perf_counter() < stop_at or not times:
             started = time.perf_counter()
             call(len(times))
             times.append(time.perf_counter() - started)
+        cpu_s = time.process_time() - cpu_started
         return BackendThroughput(
             model=entry.name,
             version=entry.version,
@@ -137,6 +141,7 @@ def measure_backend_throughput(
             images_per_s=batch_size * len(times) / sum(times),
             batch_ms_p50=float(np.percentile(times, 50) * 1000),
             yardstick=yardstick,
+            cpu_ms_per_image=1000 * cpu_s / (batch_size * len(times)),
         )
     finally:
         backend.close()

@@ -229,6 +229,7 @@ def report(
         "raw_img_per_s": raw,
         "raw_batch": raws[-1].batch_size,
         "raw_yardstick": args.raw,
+        "raw_cpu_ms_per_image": float(np.median([r.cpu_ms_per_image or 0.0 for r in raws])),
         "http_over_raw": median_rps / raw,
         "latency_ms": lat,
         "mean_batch": merged.mean_batch_size,
@@ -254,7 +255,8 @@ def main() -> int:
     raw = sum(r.batches * r.batch_size for r in raws) / seconds
     print(
         f"concurrency {args.concurrency}, {args.rounds} rounds x {args.window:g} s per variant; "
-        f"raw {args.raw} {raw:.1f} img/s at batch {raws[-1].batch_size} ({raws[-1].backend})"
+        f"raw {args.raw} {raw:.1f} img/s at batch {raws[-1].batch_size} ({raws[-1].backend}), "
+        f"{np.median([r.cpu_ms_per_image or 0.0 for r in raws]):.2f} ms CPU/img"
     )
     for name, rounds in results.items():
         report(args, name, rounds, raw, raws)
