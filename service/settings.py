@@ -299,8 +299,10 @@ class Settings(BaseSettings):
     # waits longer than this plus the batch it runs in (docs/streams.md, "Lag").
     stream_detect_wait_batches: float = Field(default=2.0, ge=0)
     # The detection budget of stream frames (docs/streams.md, "Detection budget"): this share of the
-    # model's measured throughput (images per second at full batches), or a fixed rate of frames per
-    # second for all sessions of a model (0: measured). A session with live tracks or motion is detected
+    # model's measured throughput (images per second in batches of stream_batch_size frames), or a fixed
+    # rate of frames per second for all sessions of a model (0: measured; a fixed rate is a hard cap, a
+    # measured one lets frames beyond it go on deck whenever nothing waits for the detector). A session
+    # with live tracks or motion is detected
     # at least every stream_detect_every_max_frames frames, an idle one at least every
     # stream_idle_detect_s, whatever the budget; the other frames are answered by the tracker, with
     # boxes for at most stream_predict_max_frames frames in a row. A motion score (share of a 1/8-scale

@@ -4,8 +4,8 @@ session with a new frame, whether it goes to the detector or is answered by its 
 A session asks `DetectionScheduler.decide` with its `Candidate`; the first question opens a round that
 runs ``interval_s`` later (so the sessions whose frames arrive meanwhile are ranked together), and every
 question of the round is answered by `service.streams.schedule.choose` within the model's budget: the
-stream share of the model's throughput (``stream_detect_share`` x images per second at full batches, from
-the time its batcher measures for a batch of stream frames), or a fixed ``stream_detect_budget_fps``.
+stream share of the model's throughput (``stream_detect_share`` x images per second in batches of stream
+frames, from the time its batcher measures for one), or a fixed ``stream_detect_budget_fps``.
 While the model's throughput is not known yet (no batch has run), every frame is detected. The measured
 budget is also work-conserving: when nothing waits for the model's detector at a round (a batch may be
 running), up to a batch of the round's frames go to it beyond the budget, without spending it: they wait
@@ -58,7 +58,7 @@ class DetectionScheduler:
         self.config = config
         self._throughput = throughput
         self._clock = clock
-        self._spare = spare  # model -> images its detector would start now with nothing else waiting
+        self._spare = spare  # model -> frames that may go on deck now beyond the budget (nothing waits)
         self._report = report  # (model, the budget's frames per second) at each round
         self._budgets: dict[str, TokenBudget] = {}
         self._waiting: dict[str, list[tuple[Candidate, asyncio.Future[bool]]]] = {}
