@@ -174,13 +174,14 @@ def _measure(
     window_start = time.time() + args.warmup
     asking = start_probe(url, model, image, window_start, window_start + args.duration)
     time.sleep(args.warmup)
-    totals0, budget0 = _totals(client, model), _budget_fps(client, model)
+    totals0, budget0 = _scrape(client, model)
     before, cpu0, t0 = _snapshot(client), cpu_times(pid).total_s, time.monotonic()
     counting.set()
     time.sleep(args.duration)
     counting.clear()
     after, cpu1, t1 = _snapshot(client), cpu_times(pid).total_s, time.monotonic()
-    gained, budget1 = window_gain(totals0, _totals(client, model)), _budget_fps(client, model)
+    totals1, budget1 = _scrape(client, model)
+    gained = window_gain(totals0, totals1)
     budget = (budget0 + budget1) / 2 if budget0 and budget1 else None
     rss_mb = _rss_mb(pid)
     stop.set()
@@ -236,26 +237,21 @@ def _snapshot(client: object) -> dict[str, dict[str, float]]:
     return {s["id"]: s for s in client.get("/v1/streams").json()["streams"]}
 
 
-def _totals(client: object, model: str) -> dict[str, tuple[float, float]]:
-    """The model's histogram totals so far (``detect_inference_seconds``, ``detect_batch_size``, ...)."""
-    import httpx
-
-    assert isinstance(client, httpx.Client)
-    return histogram_totals(client.get("/metrics").text, model)
-
-
-def _budget_fps(client: object, model: str) -> float | None:
-    """The model's stream budget now, frames per second (None: not reported, or not known yet)."""
+def _scrape(client: object, model: str) -> tuple[dict[str, tuple[float, float]], float | None]:
+    """One read of /metrics: the model's histogram totals so far (``detect_inference_seconds``,
+    ``detect_batch_size``, ...) and its stream budget now, frames per second (None: not known yet)."""
     import httpx
     from prometheus_client.parser import text_string_to_metric_families
 
     assert isinstance(client, httpx.Client)
-    for family in text_string_to_metric_families(client.get("/metrics").text):
+    text = client.get("/metrics").text
+    budget = None
+    for family in text_string_to_metric_families(text):
         if family.name == "detect_stream_budget_fps":
             for sample in family.samples:
                 if sample.labels.get("model") == model and sample.value > 0:
-                    return float(sample.value)
-    return None
+                    budget = float(sample.value)
+    return histogram_totals(text, model), budget
 
 
 def _mean(gained: dict[str, tuple[float, float]], name: str, scale: float) -> float | None:

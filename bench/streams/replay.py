@@ -235,9 +235,9 @@ def replay_scheduled(
         slots, room = budget.slots(wanted), budget.forced_room(wanted)
         # Work-conserving as the live scheduler: while nothing waits for the detector (a batch may be
         # running), up to a batch goes on deck beyond the budget.
-        idle = 0 if detector.queue else min(wanted, cost.max_batch)
-        picked = set(choose(candidates, max(slots, idle), policy, room, fair_age))
-        budget.spend(max(0, len(picked) - max(0, idle - slots)))
+        on_deck = 0 if detector.queue else min(wanted, cost.max_batch)
+        picked = set(choose(candidates, max(slots, on_deck), policy, room, fair_age))
+        budget.spend(max(0, len(picked) - max(0, on_deck - slots)))
         for candidate in candidates:
             c = int(candidate.key)
             state = states[c]

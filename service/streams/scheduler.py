@@ -108,9 +108,9 @@ class DetectionScheduler:
             budget.refill(now)
             wanted = len(entries)
             slots, room = budget.slots(wanted), budget.forced_room(wanted)
-            idle = 0 if self.config.fixed_fps > 0 else min(wanted, self._spare(model))
+            on_deck = 0 if self.config.fixed_fps > 0 else min(wanted, self._spare(model))
             fair_age = self._sessions_asking(model, entries, now) / budget.rate
-            picked = set(choose((c for c, _ in entries), max(slots, idle), self.policy, room, fair_age))
-            budget.spend(max(0, len(picked) - max(0, idle - slots)))  # the idle detector's share is free
+            picked = set(choose((c for c, _ in entries), max(slots, on_deck), self.policy, room, fair_age))
+            budget.spend(max(0, len(picked) - max(0, on_deck - slots)))  # frames on deck are free
             for candidate, decision in entries:
                 decision.set_result(candidate.key in picked)
