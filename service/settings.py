@@ -201,6 +201,12 @@ class Settings(BaseSettings):
     openvino_static_batch_sizes: str = "1"
     # Threads for decode, resize, mask pasting and rendering (inference has its own thread per model).
     worker_threads: int = Field(default=2, gt=0)
+    # Decode and resize a request's one image (not tiled, under 4 MP decoded) on the model's inference
+    # thread as its batch starts, instead of in a worker thread while the batch before it runs: decoding
+    # beside inference slows the runtime's threads, which use every core, by more than it overlaps
+    # (docs/benchmarks/request-path.md, "Decoding on the inference thread"). Off: every image is decoded
+    # in the worker threads before it is queued.
+    decode_in_batch: bool = False
 
     # On SIGTERM: readiness fails at once, new requests get 503, in-flight ones get this long to finish.
     drain_timeout_s: float = Field(default=30.0, ge=0)

@@ -1,5 +1,8 @@
 """The stages of detection: plan -> decode + resize (worker threads) -> batcher -> postprocess -> output.
 
+A request's one small untiled image is decoded and resized on the inference thread instead, as its batch
+starts (`DecodeInBatch`, setting ``decode_in_batch``).
+
 `service.pipeline.entry` runs them, in this order, for every protocol; the output stage is
 `service.pipeline.output`. Every image's header is read and its cost checked (per-request pixel limit,
 expected queue wait) before any pixel is decoded. Images are then decoded one at a time, each holding its
@@ -31,6 +34,7 @@ from service.pipeline.tile_budget import tile_budget
 from service.pipeline.timing import RequestStages
 from service.runtime.admission import (
     DECODE_BYTES_PER_PIXEL,
+    HEAVY_PIXELS,
     RENDER_BYTES_PER_PIXEL,
     Resources,
 )
@@ -179,6 +183,37 @@ def _prepare(
     stages.stage("decode", decoded - started, ended=decoded)
     stages.stage("preprocess", time.perf_counter() - decoded)
     return Prepared(upload, size, views, plan.tiles, image if keep_original else None)
+
+
+class DecodeInBatch:
+    """One image decoded and resized on the inference thread just before its batch runs
+    (`service.runtime.loaded_model.LazyInput`), instead of in a worker thread beside the running batch:
+    ``prepared`` once its batch ran. Its memory is the caller's to hold, from queueing until then."""
+
+    def __init__(
+        self,
+        model: LoadedModel,
+        upload: ImageUpload,
+        plan: ImagePlan,
+        keep_original: bool,
+        stages: RequestStages,
+    ):
+        self._args = (model, upload, plan, keep_original, stages)
+        self.prepared: Prepared | None = None
+
+    def network_input(self) -> np.ndarray:
+        self.prepared = _prepare(*self._args)
+        return self.prepared.views[0].network_input
+
+
+def decodes_in_batch(resources: Resources, plans: list[ImagePlan]) -> bool:
+    """Whether a request's image is decoded on the inference thread (`DecodeInBatch`): one image, not tiled,
+    under `HEAVY_PIXELS` decoded pixels, with ``decode_in_batch`` on (a request of several images decodes
+    them all first, so a bad one costs no inference)."""
+    if not resources.decode_in_batch or resources.scheduler.inline.enabled or len(plans) != 1:
+        return False
+    plan = plans[0]
+    return plan.tiles is None and plan.decode.decoded_pixels < HEAVY_PIXELS
 
 
 async def prepare_images(

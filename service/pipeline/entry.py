@@ -11,8 +11,10 @@ same way::
 From there `PipelineRequest` owns the request: it reads the images' headers and checks their cost (on
 the event loop when the input is small, else in a worker thread), admits the images against the queue
 and counts the request in flight, decodes them under the image memory budget, queues them together so
-they can share a batch, cancels what is queued when the caller goes away, gives the input's memory back
-as soon as inference is done and everything else it holds when the block ends, however it ends.
+they can share a batch (a lone small image is decoded on the inference thread as its batch starts:
+`service.pipeline.detect.DecodeInBatch`), cancels what is queued when the caller goes away, gives the
+input's memory back as soon as inference is done and everything else it holds when the block ends,
+however it ends.
 """
 
 from __future__ import annotations
@@ -37,9 +39,11 @@ from service.imaging.postprocess import DetectParams
 from service.imaging.render import ImageFormat
 from service.imaging.tiling import Tiling
 from service.pipeline.detect import (
+    DecodeInBatch,
     ImageOutcome,
     Prepared,
     contract_outputs,
+    decodes_in_batch,
     plan_images,
     postprocess,
     prepare_images,
@@ -52,7 +56,7 @@ from service.pipeline.shadow import OnCompared, ShadowRunner
 from service.pipeline.tasks import Gone, cancel_when_gone
 from service.pipeline.timing import RequestStages
 from service.runtime import tracing
-from service.runtime.admission import Resources
+from service.runtime.admission import DECODE_BYTES_PER_PIXEL, RENDER_BYTES_PER_PIXEL, Resources
 from service.runtime.batching.batch_queue import Priority
 from service.runtime.loaded_model import LoadedModel
 from service.schemas import DetectionResult
@@ -291,6 +295,19 @@ class PipelineRequest:
         window = self._resources.tiling_batch_size if any(p.tiles for p in plans) else None
         self._admit(inputs, room=None if window is None else min(inputs, window))
 
+        async def decode_in_batch() -> tuple[list[Prepared], list[Outputs]]:
+            upload, plan = images[0], plans[0]
+            per_pixel = RENDER_BYTES_PER_PIXEL if originals is not None else DECODE_BYTES_PER_PIXEL
+            async with AsyncExitStack() as decoding:
+                held = self._resources.image_budget.hold(
+                    plan.decode.decoded_pixels * per_pixel, self._resources.budget_wait_s, field=upload.label
+                )
+                await (originals if originals is not None else decoding).enter_async_context(held)
+                item = DecodeInBatch(self.model, upload, plan, originals is not None, self.stages)
+                outputs = await infer(self.model, [item], self.deadline, self.stages, self.priority)
+            assert item.prepared is not None  # its batch ran: outputs came back
+            return [item.prepared], outputs
+
         async def decode_and_infer() -> tuple[list[Prepared], list[Outputs]]:
             prepared = await prepare_images(
                 self.model, images, plans, self._resources, self.stages, originals
@@ -300,7 +317,8 @@ class PipelineRequest:
             outputs = await infer(self.model, network_inputs, self.deadline, self.stages, priority, window)
             return prepared, outputs
 
-        result = await cancel_when_gone(self._gone, decode_and_infer())
+        run = decode_in_batch if decodes_in_batch(self._resources, plans) else decode_and_infer
+        result = await cancel_when_gone(self._gone, run())
         await self._inputs.aclose()  # every image is decoded: its encoded bytes are no longer needed
         return result
 

@@ -8,26 +8,29 @@ the worker busier but made batches of two windows, and a single image waited for
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from service.pipeline.tasks import gather_in_order
 from service.pipeline.timing import RequestStages
 from service.runtime.batching.batch_queue import Priority
 from service.runtime.batching.batch_worker import ItemTimes
-from service.runtime.loaded_model import LoadedModel
+from service.runtime.loaded_model import BatchItem, LoadedModel
 
 Outputs = dict[str, np.ndarray]
 
 
 async def infer(
     model: LoadedModel,
-    images: list[np.ndarray],
+    images: Sequence[BatchItem],
     deadline: float | None,
     stages: RequestStages,
     priority: Priority = "interactive",
     window: int | None = None,
 ) -> list[Outputs]:
-    """Each network-sized image's outputs, in order.
+    """Each network-sized image's outputs, in order (an image may be a `LazyInput`, made on the inference
+    thread).
 
     ``deadline`` is the `time.monotonic` time by which inference must start (None: no limit);
     ``priority``: interactive requests go before stream frames (`service.runtime.batching.batcher`);

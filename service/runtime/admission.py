@@ -87,6 +87,7 @@ class Resources:
     max_tiles: int = 256  # network inputs one request's tiles may make (max_tiles_per_request)
     tiling_max_seconds: float = 5.0  # tiling=auto: tiles the model runs in this time at its throughput
     tiling_batch_size: int = 1  # tiles queued at a time, one window after the other
+    decode_in_batch: bool = False  # a request's one small image is decoded on the inference thread
 
     @classmethod
     def from_settings(
@@ -112,4 +113,5 @@ class Resources:
             # Half the request's time at most: the tiles of an auto request must be done before its deadline.
             tiling_max_seconds=min(settings.tiling_max_seconds, settings.request_timeout_ms / 2000),
             tiling_batch_size=settings.tiling_batch_size,
+            decode_in_batch=settings.decode_in_batch,
         )

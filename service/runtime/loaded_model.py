@@ -9,7 +9,7 @@ import asyncio
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Literal
+from typing import Literal, Protocol
 
 import numpy as np
 
@@ -17,7 +17,7 @@ from contract.manifest import Manifest
 from service.errors import ServiceUnavailable
 from service.runtime.backends import Backend
 from service.runtime.batching.batch_queue import Priority
-from service.runtime.batching.batch_worker import ItemTimes
+from service.runtime.batching.batch_worker import Failed, ItemTimes
 from service.runtime.batching.batcher import DynamicBatcher
 from service.runtime.metrics import ModelMetrics
 from service.runtime.repository import ModelEntry
@@ -25,6 +25,19 @@ from service.runtime.self_check import SelfCheckReport
 from service.settings import BatchingConfig
 
 logger = logging.getLogger(__name__)
+
+
+class LazyInput(Protocol):
+    """A batch item made on the inference thread just before its batch runs (an image decoded and resized
+    there: `service.pipeline.detect.DecodeInBatch`)."""
+
+    def network_input(self) -> np.ndarray:
+        """The network-sized ``uint8 [H, W, 3]`` image; raises (that item alone fails) when it cannot."""
+        ...
+
+
+BatchItem = np.ndarray | LazyInput
+Outputs = dict[str, np.ndarray]
 
 ModelState = Literal["pending", "loading", "warming", "ready", "failed", "retiring", "stopped"]
 
@@ -37,7 +50,7 @@ class LoadedModel:
         self.batching = batching
         self.metrics = metrics
         self.backend: Backend | None = None
-        self.batcher: DynamicBatcher[np.ndarray, dict[str, np.ndarray]] | None = None
+        self.batcher: DynamicBatcher[BatchItem, Outputs] | None = None
         self.state: ModelState = "pending"
         self.error: str | None = None
         self.load_seconds: float | None = None
@@ -76,13 +89,30 @@ class LoadedModel:
             return "ok"
         return f"failed: {self.error}" if self.state == "failed" else self.state
 
-    def run_batch(self, images: list[np.ndarray]) -> list[dict[str, np.ndarray]]:
-        """The batcher's work function (inference thread): B images [H, W, 3] -> B output dicts."""
+    def run_batch(self, items: list[BatchItem]) -> list[Outputs | Failed]:
+        """The batcher's work function (inference thread): B images [H, W, 3] -> B output dicts. A lazy
+        item is made here first; one that fails to is answered with its error (`Failed`), alone."""
         assert self.backend is not None
-        outputs = self.backend.infer(np.stack(images))  # B x (H, W, 3) -> (B, H, W, 3)
-        return [{name: value[i] for name, value in outputs.items()} for i in range(len(images))]
+        results: list[Outputs | Failed | None] = [None] * len(items)
+        images: list[np.ndarray] = []
+        rows: list[int] = []
+        for index, item in enumerate(items):
+            if isinstance(item, np.ndarray):
+                images.append(item)
+            else:
+                try:
+                    images.append(item.network_input())
+                except Exception as exc:  # that item's error, handed to its waiter
+                    results[index] = Failed(exc)
+                    continue
+            rows.append(index)
+        if images:
+            outputs = self.backend.infer(np.stack(images))  # B x (H, W, 3) -> (B, H, W, 3)
+            for row, index in enumerate(rows):
+                results[index] = {name: value[row] for name, value in outputs.items()}
+        return [result for result in results if result is not None]
 
-    def require_ready(self) -> DynamicBatcher[np.ndarray, dict[str, np.ndarray]]:
+    def require_ready(self) -> DynamicBatcher[BatchItem, Outputs]:
         """The batcher this version serves with; `ServiceUnavailable` (503, Retry-After) while it does
         not serve (loading, failed, batcher stopped). Every request path checks readiness here."""
         if self.batcher is None or not self.ready:
@@ -101,12 +131,13 @@ class LoadedModel:
 
     async def submit(
         self,
-        image: np.ndarray,
+        image: BatchItem,
         deadline: float | None,
         times: ItemTimes | None = None,
         priority: Priority = "interactive",
-    ) -> dict[str, np.ndarray]:
-        """Queue one network-sized image; its outputs (batch dimension removed) once its batch ran.
+    ) -> Outputs:
+        """Queue one network-sized image (or a `LazyInput` that makes it on the inference thread); its
+        outputs (batch dimension removed) once its batch ran.
         ``times`` receives when it waited and ran (`ItemTimes`); ``priority``: see `DynamicBatcher`."""
         return await self.require_ready().submit(image, deadline=deadline, times=times, priority=priority)
 

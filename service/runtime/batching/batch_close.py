@@ -159,12 +159,7 @@ def dispatch_size(
     """
     if waiting <= 1:
         return waiting
-    single = batch_seconds(1)
-
-    def cost(k: int) -> float:  # a size that does not beat single requests by the margin is never used
-        seconds = batch_seconds(k)
-        return seconds if k == 1 or seconds <= k * single * (1 - BATCH_GAIN_MARGIN) else math.inf
-
+    cost = gainful(batch_seconds)
     summed = [0.0] * (waiting + 1)
     first = [0] * (waiting + 1)
     for queued in range(1, waiting + 1):
@@ -178,6 +173,18 @@ def dispatch_size(
     return max(first[waiting], fastest)
 
 
+def gainful(batch_seconds: Callable[[int], float]) -> Callable[[int], float]:
+    """``batch_seconds`` where a size's time per image beats a single request's by `BATCH_GAIN_MARGIN`, and
+    infinite (never worth running) for every other size but 1."""
+    single = batch_seconds(1)
+
+    def cost(k: int) -> float:
+        seconds = batch_seconds(k)
+        return seconds if k == 1 or seconds <= k * single * (1 - BATCH_GAIN_MARGIN) else math.inf
+
+    return cost
+
+
 def pool_share(
     waiting: int,
     batch_seconds: Callable[[int], float],
@@ -185,6 +192,7 @@ def pool_share(
     *,
     rate_per_worker: float = 0.0,
     max_batch_size: int | None = None,
+    gain_margin: bool = False,
 ) -> int:
     """How many of ``waiting`` requests a free worker takes now, when another worker of the same model
     frees up in ``next_free_s`` (0: it is free too).
@@ -194,18 +202,21 @@ def pool_share(
     summed completion time, but at least the batch size whose throughput keeps up with each worker's
     share of the arrival rate (`keep_up_size`): where a batch costs little more than its images (a
     single-threaded stream) requests run one by one on whichever worker is free, as if unbatched, until
-    the arrivals outpace that, and batches grow only then.
+    the arrivals outpace that, and batches grow only then. With ``gain_margin`` (the adaptive policy) the
+    share is 1 or a size that beats single requests by `BATCH_GAIN_MARGIN` (`gainful`), the floor too.
     """
     if waiting <= 1:
         return waiting
+    cost = gainful(batch_seconds) if gain_margin else batch_seconds
+    sizes = [k for k in range(1, waiting + 1) if math.isfinite(cost(k))]
 
     def summed(k: int) -> float:
         rest = waiting - k
         own = batch_seconds(k)
         return k * own + (rest * (min(next_free_s, own) + batch_seconds(rest)) if rest else 0.0)
 
-    best = min(range(1, waiting + 1), key=lambda k: (summed(k), -k))
+    best = min(sizes, key=lambda k: (summed(k), -k))
     if rate_per_worker > 0:
-        floor = keep_up_size(rate_per_worker, max_batch_size or waiting, batch_seconds)
-        best = max(best, min(floor, waiting))
+        floor = keep_up_size(rate_per_worker, max_batch_size or waiting, cost)
+        best = max(best, max(k for k in sizes if k <= floor))
     return best

@@ -1,7 +1,8 @@
 """Running closed batches: the batcher's inference thread and what each waiting request is.
 
 `BatchWorker` owns one thread. It runs a batch ``run_batch(items) -> outputs`` there, checks one output
-per input, hands each waiter its output, or the batch's failure to every waiter of that batch (500), and
+per input, hands each waiter its output (or, where ``run_batch`` put a `Failed` in its place, that item's
+own error), or the batch's failure to every waiter of that batch (500), and
 times each batch (`service.runtime.batching.wait_estimate.BatchTimeModel`) for the batcher's admission
 estimates. `service.runtime.batching.batcher` decides what goes into a batch and when; this module only
 runs it.
@@ -54,6 +55,14 @@ class NoMetrics:
         pass
 
 
+@dataclass(frozen=True)
+class Failed:
+    """In ``run_batch``'s outputs, in one item's place: that item alone fails with ``error`` (an image that
+    would not decode on the inference thread); the batch's other items get their outputs."""
+
+    error: Exception
+
+
 @dataclass(eq=False)
 class Pending(Generic[In, Out]):
     """One request waiting for its output."""
@@ -84,7 +93,7 @@ class BatchWorker(Generic[In, Out]):
     def __init__(
         self,
         name: str,
-        run_batch: Callable[[list[In]], Sequence[Out]],
+        run_batch: Callable[[list[In]], Sequence[Out | Failed]],
         metrics: BatcherMetrics,
         on_idle: Callable[[], None],
         *,
@@ -151,7 +160,7 @@ class BatchWorker(Generic[In, Out]):
         self._done(batch, started)
         self._deliver(batch, outputs)
 
-    def _deliver(self, batch: list[Pending[In, Out]], outputs: Sequence[Out]) -> None:
+    def _deliver(self, batch: list[Pending[In, Out]], outputs: Sequence[Out | Failed]) -> None:
         if len(outputs) != len(batch):
             error = BackendError(
                 f"model {self.name!r} returned {len(outputs)} results for {len(batch)} inputs"
@@ -159,7 +168,11 @@ class BatchWorker(Generic[In, Out]):
             self._fail(batch, error)
             return
         for pending, output in zip(batch, outputs, strict=True):
-            if not pending.future.done():
+            if pending.future.done():
+                continue
+            if isinstance(output, Failed):
+                pending.future.set_exception(output.error)
+            else:
                 pending.future.set_result(output)
 
     def _done(self, batch: list[Pending[In, Out]], started: float) -> None:

@@ -37,7 +37,7 @@ from typing import Generic, TypeVar
 
 from service.errors import DeadlineExceeded, QueueFull, ServiceError, ServiceUnavailable
 from service.runtime.batching.batch_queue import BatchQueue, Priority, run_order
-from service.runtime.batching.batch_worker import BatcherMetrics, ItemTimes, NoMetrics, Pending
+from service.runtime.batching.batch_worker import BatcherMetrics, Failed, ItemTimes, NoMetrics, Pending
 from service.runtime.batching.close_rules import CloseRules
 from service.runtime.batching.inline import InlineWork
 from service.runtime.batching.wait_estimate import expected_finish_s, retry_after_s
@@ -64,7 +64,7 @@ class DynamicBatcher(Generic[In, Out]):
     def __init__(
         self,
         name: str,
-        run_batch: Callable[[list[In]], Sequence[Out]],
+        run_batch: Callable[[list[In]], Sequence[Out | Failed]],
         *,
         max_batch_size: int,
         max_queue_delay_s: float,

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
 from service.runtime.batching.batch_close import KEEP_UP_HEADROOM, dispatch_size, pool_share
-from service.runtime.batching.batch_worker import BatcherMetrics, BatchWorker, Pending
+from service.runtime.batching.batch_worker import BatcherMetrics, BatchWorker, Failed, Pending
 from service.runtime.batching.wait_estimate import BatchTimeModel
 
 In = TypeVar("In")
@@ -28,7 +28,7 @@ class WorkerPool(Generic[In, Out]):
     def __init__(
         self,
         name: str,
-        run_batch: Callable[[list[In]], Sequence[Out]],
+        run_batch: Callable[[list[In]], Sequence[Out | Failed]],
         metrics: BatcherMetrics,
         on_idle: Callable[[], None],
         count: int = 1,
@@ -72,8 +72,8 @@ class WorkerPool(Generic[In, Out]):
         """How much of a closed batch of ``size`` the free member takes now; the rest waits for the next
         member to free up (`batch_close.pool_share`, with ``rate`` the model's arrival rate; everything
         while the fit has seen one batch size only). ``adaptive`` (the adaptive batching policy): judged
-        on the time each batch size measured (`BatchTimeModel.size_seconds`), with one worker too
-        (`batch_close.dispatch_size`)."""
+        on the time each batch size measured (`BatchTimeModel.size_seconds`), only sizes that beat single
+        requests (`batch_close.gainful`), with one worker too (`batch_close.dispatch_size`)."""
         idle = self.next_idle()
         if size <= 1 or idle is None or not self.batch_times.fitted:
             return size
@@ -92,6 +92,7 @@ class WorkerPool(Generic[In, Out]):
             next_free,
             rate_per_worker=rate * (KEEP_UP_HEADROOM if adaptive else 1.0) / len(self.workers),
             max_batch_size=max_batch_size,
+            gain_margin=adaptive,
         )
 
     def next_idle(self) -> BatchWorker[In, Out] | None:

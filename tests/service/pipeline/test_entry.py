@@ -15,34 +15,17 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 from detect_testkit import batcher_of, post_png
 from fastapi.testclient import TestClient
+from pipeline_testkit import files, held, resources_of, truncated_jpeg
 from service_testkit import GatedFactory, encode, solid_image, wait_until
 
 from service.errors import ClientClosedRequest
 from service.pipeline.entry import DetectionPipeline, DetectOptions
 from service.pipeline.inputs import ImageUpload
-from service.runtime.admission import Resources
 
 MakeClient = Callable[..., TestClient]
-
-
-def resources_of(client: TestClient) -> Resources:
-    resources: Resources = client.app.state.resources  # type: ignore[attr-defined]
-    return resources
-
-
-def held(client: TestClient) -> tuple[int, int, int]:
-    """Body bytes held, image bytes held, requests in flight."""
-    resources = resources_of(client)
-    lifecycle: Any = client.app.state.lifecycle  # type: ignore[attr-defined]
-    return resources.body_budget.used, resources.image_budget.used, lifecycle.in_flight
-
-
-def files(*images: bytes) -> list[tuple[str, tuple[str, bytes, str]]]:
-    return [("images", (f"{i}.png", data, "image/png")) for i, data in enumerate(images)]
 
 
 def infer_bytes(client: TestClient, model: str, *images: bytes) -> Any:
@@ -91,12 +74,6 @@ def test_a_served_request_gives_back_every_byte(
     response = send(client)
     assert response.status_code == 200, response.text
     assert held(client) == (0, 0, 0)
-
-
-def truncated_jpeg() -> bytes:
-    """A JPEG whose header reads fine (so it is planned) and whose data ends early (so decoding fails)."""
-    data = encode(np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8), ".jpg")
-    return data[: len(data) // 2]
 
 
 def test_a_bad_image_among_good_ones_gives_back_every_byte(client: TestClient, gated: GatedFactory) -> None:

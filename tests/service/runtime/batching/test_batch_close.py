@@ -151,6 +151,32 @@ def test_pool_share_splits_when_the_other_worker_frees_soon() -> None:
     assert pool_share(4, large_fixed_cost, 0.030) == 4  # a second batch would pay the fixed cost late
 
 
+def test_pool_share_with_the_gain_margin_takes_only_sizes_that_beat_single_requests() -> None:
+    from service.runtime.batching.batch_close import pool_share
+
+    def no_gain(n: int) -> float:  # a batch costs what its images cost one by one, and a little more
+        return 0.0105 * n
+
+    def half_price_at_four(n: int) -> float:  # only a batch of four or more pays
+        return 0.010 if n == 1 else 0.011 * n if n < 4 else 0.006 * n
+
+    # Without the margin the two free workers split the queue; with it, one request per free worker.
+    assert pool_share(8, no_gain, 0.0) == 4
+    assert pool_share(8, no_gain, 0.0, gain_margin=True) == 1
+    # Arrivals that single requests cannot keep up with: still no batch that does not pay.
+    assert pool_share(8, no_gain, 0.0, rate_per_worker=500.0, max_batch_size=8, gain_margin=True) == 1
+    # A size that pays is used: half each on two free workers (four pays, by half).
+    assert pool_share(8, half_price_at_four, 0.0, gain_margin=True) == 4
+    # Three waiting: no size among them pays, so one, whatever the arrivals need.
+    assert (
+        pool_share(3, half_price_at_four, 0.0, rate_per_worker=500.0, max_batch_size=8, gain_margin=True) == 1
+    )
+    # The keep-up floor is a size that pays: 150/s per worker needs batches of four (one serves 100/s).
+    assert (
+        pool_share(6, half_price_at_four, 0.5, rate_per_worker=150.0, max_batch_size=8, gain_margin=True) == 4
+    )
+
+
 def test_dispatch_size_runs_one_by_one_until_arrivals_outpace_single_requests() -> None:
     from service.runtime.batching.batch_close import BATCH_GAIN_MARGIN, KEEP_UP_HEADROOM, dispatch_size
 

@@ -9,12 +9,12 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from service.errors import BackendError
-from service.runtime.batching.batch_worker import BatchWorker, ItemTimes, NoMetrics, Pending
+from service.errors import BackendError, BadRequest
+from service.runtime.batching.batch_worker import BatchWorker, Failed, ItemTimes, NoMetrics, Pending
 
 
 async def _run(
-    run_batch: Callable[[list[int]], Sequence[int]], items: list[int]
+    run_batch: Callable[[list[int]], Sequence[int | Failed]], items: list[int]
 ) -> tuple[list[Pending[int, int]], BatchWorker[int, int]]:
     idle = asyncio.Event()
     worker: BatchWorker[int, int] = BatchWorker("m", run_batch, NoMetrics(), idle.set)
@@ -37,6 +37,21 @@ def test_each_waiter_gets_its_output_and_the_batch_is_timed() -> None:
     assert all(
         p.times is not None and p.times.inference is not None and p.times.inference >= 0 for p in batch
     )
+
+
+def test_an_item_failed_in_its_place_fails_that_waiter_alone_with_its_own_error() -> None:
+    def odd_ones_fail(items: list[int]) -> Sequence[int | Failed]:
+        return [
+            Failed(BadRequest(f"item {i} is odd", field=f"images[{i}]")) if i % 2 else 2 * i for i in items
+        ]
+
+    batch, worker = asyncio.run(_run(odd_ones_fail, [1, 2, 3, 4]))
+    assert [batch[1].future.result(), batch[3].future.result()] == [4, 8]
+    for pending, label in ((batch[0], "images[1]"), (batch[2], "images[3]")):
+        with pytest.raises(BadRequest, match="is odd") as raised:
+            pending.future.result()
+        assert raised.value.field == label  # the item's own error, not the batch's 500
+    assert worker.idle and worker.batch_times.known
 
 
 def test_a_wrong_output_count_fails_every_waiter_of_the_batch() -> None:
