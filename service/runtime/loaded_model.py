@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Literal, Protocol
@@ -55,6 +56,7 @@ class LoadedModel:
         self.error: str | None = None
         self.load_seconds: float | None = None
         self.self_check: SelfCheckReport | None = None  # None until checked (or its golden file is broken)
+        self.warmup_seconds: dict[int, float] = {}  # batch size -> seconds, timed by the last warmup
         self._leases = 0
         self._retired = False
         self._unleased = asyncio.Event()
@@ -181,11 +183,20 @@ class LoadedModel:
     def warmup(self) -> None:
         """Run a batch of 1, a full batch and every static-shape batch size of black images on every stream
         of the runtime (a backend hands out its infer requests in turn): first runs allocate memory and pick
-        kernels, so the memory a model holds is reached before it reports ready."""
+        kernels, so the memory a model holds is reached before it reports ready. Then time one more batch of
+        each of those sizes: ``warmup_seconds``, the batcher's first batch times (`BatchTimeModel.seed`)."""
         assert self.backend is not None
         spec = self.manifest.input
         limit = self.batching.max_batch_size
         static = {size for size in self.backend.static_batch_sizes if size <= limit}
-        for size in sorted({1, limit} | static):
+        sizes = sorted({1, limit} | static)
+        for size in sizes:
             for _ in range(self.backend.streams):
                 self.backend.infer(np.zeros((size, spec.height, spec.width, 3), dtype=np.uint8))
+        timed: dict[int, float] = {}
+        for size in sizes:
+            images = np.zeros((size, spec.height, spec.width, 3), dtype=np.uint8)
+            started = time.perf_counter()
+            self.backend.infer(images)
+            timed[size] = time.perf_counter() - started
+        self.warmup_seconds = timed

@@ -163,6 +163,7 @@ class ModelRuntime:
                 workers=model.backend.streams,
                 stream_batch_size=self.settings.stream_batch_size,
             )
+            model.batcher.batch_times.seed(model.warmup_seconds)
             model.batcher.start()
             model.state = "ready"
             model.load_seconds = time.monotonic() - started

@@ -24,8 +24,10 @@ the waiting requests that minimises their summed completion time while single re
 arrival rate (with `KEEP_UP_HEADROOM`), else at least the waiting size that serves the most per second.
 At low load that runs requests one by one, as a server without batching does, wherever a batch costs as
 much as its images run alone (on OpenVINO a batch of two can cost more: see
-`service.runtime.batching.wait_estimate`); once the arrivals outpace single requests, batches grow to the
-size that serves the most.
+`service.runtime.batching.wait_estimate`); while single requests keep up, a size is used only once it
+has run often enough to be measured (the linear fit predicts every size beyond one cheaper per image, which
+a runtime with a graph per batch size belies); once the arrivals outpace single requests, batches grow to
+the size that serves the most, trying sizes not yet run.
 
 Under any policy, a model with several batch workers (`service.runtime.batching.worker_pool`) asks
 `pool_share` how much of a closed batch the free worker takes, the rest waiting for the next free one.
@@ -146,7 +148,12 @@ class ArrivalRate:
 
 
 def dispatch_size(
-    waiting: int, batch_seconds: Callable[[int], float], *, rate: float, max_batch_size: int
+    waiting: int,
+    batch_seconds: Callable[[int], float],
+    *,
+    rate: float,
+    max_batch_size: int,
+    measured: Callable[[int], bool] | None = None,
 ) -> int:
     """Adaptive policy, one worker: how many of ``waiting`` requests run now.
 
@@ -155,32 +162,41 @@ def dispatch_size(
     batches ``k1, k2, ...`` sums to ``waiting * t(k1) + (waiting - k1) * t(k2) + ...``; the first batch of the
     split that minimises this (dynamic programming over the sizes, smaller first on a tie). Once they do
     not, at least the size among those waiting that serves the most requests per second. Either way only
-    sizes whose time per image beats a single request's by `BATCH_GAIN_MARGIN` are used.
+    sizes whose time per image beats a single request's by `BATCH_GAIN_MARGIN` are used, and while single
+    requests keep up, only sizes ``measured`` to (a size not yet run is tried only when they do not).
     """
     if waiting <= 1:
         return waiting
-    cost = gainful(batch_seconds)
+    singles_keep_up = rate * KEEP_UP_HEADROOM * batch_seconds(1) <= 1.0
+    cost = gainful(batch_seconds, measured if singles_keep_up else None)
     summed = [0.0] * (waiting + 1)
     first = [0] * (waiting + 1)
     for queued in range(1, waiting + 1):
         summed[queued], first[queued] = min(
             (queued * cost(k) + summed[queued - k], k) for k in range(1, queued + 1)
         )
-    if keep_up_size(rate * KEEP_UP_HEADROOM, max_batch_size, cost) == 1:
+    if singles_keep_up:
         return first[waiting]
     # Single requests do not keep up: the size among those waiting that serves the most per second.
     fastest = max(range(1, waiting + 1), key=lambda k: (k / max(cost(k), 1e-9), k))
     return max(first[waiting], fastest)
 
 
-def gainful(batch_seconds: Callable[[int], float]) -> Callable[[int], float]:
-    """``batch_seconds`` where a size's time per image beats a single request's by `BATCH_GAIN_MARGIN`, and
+def gainful(
+    batch_seconds: Callable[[int], float], measured: Callable[[int], bool] | None = None
+) -> Callable[[int], float]:
+    """``batch_seconds`` where a size's time per image beats a single request's by `BATCH_GAIN_MARGIN` (with
+    ``measured``: and that size has run often enough to be measured, not predicted by the fit), and
     infinite (never worth running) for every other size but 1."""
     single = batch_seconds(1)
 
     def cost(k: int) -> float:
+        if k == 1:
+            return batch_seconds(1)
+        if measured is not None and not measured(k):
+            return math.inf
         seconds = batch_seconds(k)
-        return seconds if k == 1 or seconds <= k * single * (1 - BATCH_GAIN_MARGIN) else math.inf
+        return seconds if seconds <= k * single * (1 - BATCH_GAIN_MARGIN) else math.inf
 
     return cost
 
@@ -193,6 +209,7 @@ def pool_share(
     rate_per_worker: float = 0.0,
     max_batch_size: int | None = None,
     gain_margin: bool = False,
+    measured: Callable[[int], bool] | None = None,
 ) -> int:
     """How many of ``waiting`` requests a free worker takes now, when another worker of the same model
     frees up in ``next_free_s`` (0: it is free too).
@@ -203,11 +220,15 @@ def pool_share(
     share of the arrival rate (`keep_up_size`): where a batch costs little more than its images (a
     single-threaded stream) requests run one by one on whichever worker is free, as if unbatched, until
     the arrivals outpace that, and batches grow only then. With ``gain_margin`` (the adaptive policy) the
-    share is 1 or a size that beats single requests by `BATCH_GAIN_MARGIN` (`gainful`), the floor too.
+    share is 1 or a size that beats single requests by `BATCH_GAIN_MARGIN` (`gainful`), the floor too,
+    and while single requests keep up with ``rate_per_worker``, only a size ``measured`` to.
     """
     if waiting <= 1:
         return waiting
-    cost = gainful(batch_seconds) if gain_margin else batch_seconds
+    cost = batch_seconds
+    if gain_margin:
+        singles_keep_up = rate_per_worker * batch_seconds(1) <= 1.0
+        cost = gainful(batch_seconds, measured if singles_keep_up else None)
     sizes = [k for k in range(1, waiting + 1) if math.isfinite(cost(k))]
 
     def summed(k: int) -> float:

@@ -55,6 +55,13 @@ class BatchTimeModel:
                 return
         self._coefficients = (sum_y / sum_x, 0.0)
 
+    def seed(self, seconds: dict[int, float]) -> None:
+        """Batch times measured before serving (the model's warmup), each standing for its size
+        (`measured`) until batches of that size replace it."""
+        for size, value in sorted(seconds.items()):
+            self.observe(size, value)
+            self._runs[size] = max(self._runs[size], SIZE_MIN_RUNS)
+
     @property
     def known(self) -> bool:
         return self._coefficients is not None
@@ -71,10 +78,14 @@ class BatchTimeModel:
         a, b = self._coefficients
         return a * size + b
 
+    def measured(self, size: int) -> bool:
+        """Whether ``size`` has run often enough (`SIZE_MIN_RUNS`) for `size_seconds` to be its own time."""
+        return self._runs.get(size, 0) >= SIZE_MIN_RUNS
+
     def size_seconds(self, size: int) -> float:
         """Time of a batch of ``size`` as measured for that size lately (the linear fit until it has run
         `SIZE_MIN_RUNS` times)."""
-        if self._runs.get(size, 0) < SIZE_MIN_RUNS:
+        if not self.measured(size):
             return self.seconds(size)
         return self._by_size[size]
 

@@ -73,15 +73,24 @@ class WorkerPool(Generic[In, Out]):
         member to free up (`batch_close.pool_share`, with ``rate`` the model's arrival rate; everything
         while the fit has seen one batch size only). ``adaptive`` (the adaptive batching policy): judged
         on the time each batch size measured (`BatchTimeModel.size_seconds`), only sizes that beat single
-        requests (`batch_close.gainful`), with one worker too (`batch_close.dispatch_size`)."""
+        requests (`batch_close.gainful`), with one worker too (`batch_close.dispatch_size`); everything
+        only while no batch has been timed at all."""
         idle = self.next_idle()
-        if size <= 1 or idle is None or not self.batch_times.fitted:
+        if size <= 1 or idle is None:
+            return size
+        if not (self.batch_times.known if adaptive else self.batch_times.fitted):
             return size
         seconds = self.batch_times.size_seconds if adaptive else self.batch_times.seconds
         if len(self.workers) == 1:
             if not adaptive:
                 return size
-            return dispatch_size(size, seconds, rate=rate, max_batch_size=max_batch_size or size)
+            return dispatch_size(
+                size,
+                seconds,
+                rate=rate,
+                max_batch_size=max_batch_size or size,
+                measured=self.batch_times.measured,
+            )
         now = time.monotonic()
         next_free = min(
             0.0 if w.idle else max(0.0, self._finishes_at(w) - now) for w in self.workers if w is not idle
@@ -93,6 +102,7 @@ class WorkerPool(Generic[In, Out]):
             rate_per_worker=rate * (KEEP_UP_HEADROOM if adaptive else 1.0) / len(self.workers),
             max_batch_size=max_batch_size,
             gain_margin=adaptive,
+            measured=self.batch_times.measured,
         )
 
     def next_idle(self) -> BatchWorker[In, Out] | None:

@@ -38,6 +38,16 @@ def test_not_ready_until_warmed_up(toy_repo: Path, gated: GatedFactory) -> None:
         )
 
 
+def test_a_ready_model_knows_the_batch_times_its_warmup_measured(client: TestClient) -> None:
+    """The warm-up's timed batches (a batch of one and a full one) seed the batcher's time model, so
+    its first decisions are measured, not guessed."""
+    model = client.app.state.runtime.get("toy", None)  # type: ignore[attr-defined]
+    assert sorted(model.warmup_seconds) == [1, model.batching.max_batch_size]
+    times = model.batcher.batch_times
+    assert all(times.measured(size) for size in model.warmup_seconds)
+    assert times.size_seconds(1) == model.warmup_seconds[1]
+
+
 def test_draining_fails_readiness_and_refuses_new_requests(client: TestClient) -> None:
     assert client.get("/health/ready").status_code == 200
     client.app.state.lifecycle.begin_drain()  # type: ignore[attr-defined]

@@ -206,6 +206,23 @@ def test_dispatch_size_runs_one_by_one_until_arrivals_outpace_single_requests() 
     assert dispatch_size(8, lambda n: bumpy.get(n, 0.007 * n), rate=rate, max_batch_size=8) == 8
 
 
+def test_while_single_requests_keep_up_only_a_size_measured_to_pay_is_used() -> None:
+    from service.runtime.batching.batch_close import dispatch_size, pool_share
+
+    gpu_like = linear(1, 20)  # the fit: every batch pays
+    only_one_ran = {1}.__contains__
+    # Low load: the fit's promise is not taken on trust; a size that ran and paid is.
+    assert dispatch_size(8, gpu_like, rate=1.0, max_batch_size=8, measured=only_one_ran) == 1
+    assert dispatch_size(8, gpu_like, rate=1.0, max_batch_size=8, measured={1, 8}.__contains__) == 8
+    assert pool_share(2, gpu_like, 0.5, rate_per_worker=1.0, gain_margin=True, measured=only_one_ran) == 1
+    # Arrivals that single requests do not keep up with (1 / 21 ms = 48/s): sizes not yet run are tried.
+    assert dispatch_size(8, gpu_like, rate=60.0, max_batch_size=8, measured=only_one_ran) == 8
+    share = pool_share(
+        8, gpu_like, 0.5, rate_per_worker=60.0, max_batch_size=8, gain_margin=True, measured=only_one_ran
+    )
+    assert share == 8
+
+
 def test_dispatch_size_batches_at_once_where_a_batch_has_a_large_fixed_cost() -> None:
     from service.runtime.batching.batch_close import dispatch_size
 

@@ -82,3 +82,14 @@ def test_size_seconds_is_what_each_size_measured_lately() -> None:
     for _ in range(30):
         model.observe(2, 0.012)  # the average follows the recent batches of that size
     assert model.size_seconds(2) == pytest.approx(0.012, rel=0.01)
+
+
+def test_a_seed_stands_for_its_size_until_batches_of_that_size_replace_it() -> None:
+    model = BatchTimeModel()
+    model.seed({1: 0.010, 8: 0.060})  # the warmup's timed batches
+    assert model.known and model.fitted
+    assert model.measured(1) and model.measured(8) and not model.measured(4)
+    assert model.size_seconds(8) == pytest.approx(0.060)
+    for _ in range(30):
+        model.observe(8, 0.090)  # served batches are slower than the warmup's black images
+    assert model.size_seconds(8) == pytest.approx(0.090, rel=0.01)

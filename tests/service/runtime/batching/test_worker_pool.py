@@ -130,7 +130,12 @@ def test_a_free_worker_takes_its_share_and_leaves_the_rest_for_the_other() -> No
 
 def test_one_worker_splits_a_closed_batch_only_under_the_adaptive_policy() -> None:
     pool: WorkerPool[int, int] = WorkerPool("m", lambda items: items, NoMetrics(), lambda: None, count=1)
-    assert pool.share(6, adaptive=True) == 6  # one batch size seen at most: the whole batch
+    assert pool.share(6, adaptive=True) == 6  # no batch timed yet: the whole batch
+    pool.batch_times.observe(1, 0.008)
+    # Only single requests timed: the fit (proportional) promises nothing; the adaptive policy runs one,
+    # where the fixed one would take the whole batch to learn the per-batch cost.
+    assert not pool.batch_times.fitted
+    assert pool.share(6, rate=10.0, max_batch_size=8, adaptive=True) == 1
     for _ in range(5):
         pool.batch_times.observe(1, 0.008)
         pool.batch_times.observe(4, 0.040)  # four cost more than four of one
