@@ -215,7 +215,13 @@ def test_while_single_requests_keep_up_only_a_size_measured_to_pay_is_used() -> 
     assert dispatch_size(8, gpu_like, rate=1.0, max_batch_size=8, measured=only_one_ran) == 1
     assert dispatch_size(8, gpu_like, rate=1.0, max_batch_size=8, measured={1, 8}.__contains__) == 8
     assert pool_share(2, gpu_like, 0.5, rate_per_worker=1.0, gain_margin=True, measured=only_one_ran) == 1
-    # Arrivals that single requests do not keep up with (1 / 21 ms = 48/s): sizes not yet run are tried.
+    # Arrivals within what single requests serve (48/s) but not with the headroom: still measured sizes only.
+    assert dispatch_size(8, gpu_like, rate=45.0, max_batch_size=8, measured=only_one_ran) == 1
+    assert (
+        pool_share(8, gpu_like, 0.5, rate_per_worker=45.0 * 1.25, gain_margin=True, measured=only_one_ran)
+        == 1
+    )
+    # Arrivals that single requests cannot serve (1 / 21 ms = 48/s): sizes not yet run are tried.
     assert dispatch_size(8, gpu_like, rate=60.0, max_batch_size=8, measured=only_one_ran) == 8
     share = pool_share(
         8, gpu_like, 0.5, rate_per_worker=60.0, max_batch_size=8, gain_margin=True, measured=only_one_ran
