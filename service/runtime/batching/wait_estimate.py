@@ -1,7 +1,8 @@
 """How long a new request would wait: batch time as a function of batch size, fitted on recent batches.
 
 Batch time is modelled as ``a * n + b`` (per-image cost plus fixed overhead), least squares over the
-last `HISTORY` batches, as BentoML's adaptive batcher does. With one batch size seen so far the model is
+last `HISTORY` batches (and the batches the model's warmup timed, `BatchTimeModel.seed`), as BentoML's
+adaptive batcher does. With one batch size seen so far the model is
 proportional (``t * n / size``); with none, nothing is known and nothing is predicted.
 
 `BatchTimeModel.size_seconds` is the time measured for one batch size (a moving average per size), for
@@ -26,6 +27,7 @@ class BatchTimeModel:
 
     def __init__(self, history: int = HISTORY):
         self._observed: deque[tuple[int, float]] = deque(maxlen=history)
+        self._seeds: list[tuple[int, float]] = []  # measured before serving: always in the fit
         self._coefficients: tuple[float, float] | None = None
         self._spread_seen = False
         self._by_size: dict[int, float] = {}
@@ -39,9 +41,12 @@ class BatchTimeModel:
         last = self._by_size.get(size)
         self._by_size[size] = seconds if last is None else last + self._size_alpha * (seconds - last)
         self._runs[size] = self._runs.get(size, 0) + 1
-        n = len(self._observed)
+        self._fit()
+
+    def _fit(self) -> None:
+        n = len(self._observed) + len(self._seeds)
         sum_x = sum_y = sum_xx = sum_xy = 0.0
-        for x, y in self._observed:
+        for x, y in (*self._seeds, *self._observed):
             sum_x += x
             sum_y += y
             sum_xx += x * x
@@ -56,11 +61,13 @@ class BatchTimeModel:
         self._coefficients = (sum_y / sum_x, 0.0)
 
     def seed(self, seconds: dict[int, float]) -> None:
-        """Batch times measured before serving (the model's warmup), each standing for its size
-        (`measured`) until batches of that size replace it."""
-        for size, value in sorted(seconds.items()):
-            self.observe(size, value)
-            self._runs[size] = max(self._runs[size], SIZE_MIN_RUNS)
+        """Batch times measured before serving (the model's warmup: each size alone, on black images). They
+        stay in the linear fit, so it knows a per-batch cost from the start and after any run of single
+        requests, but no size counts as `measured` by them: served batches, whose images are real and
+        whose runtime shares the cores with the rest of the service, cost more."""
+        self._seeds = sorted(seconds.items())
+        if self._seeds:
+            self._fit()
 
     @property
     def known(self) -> bool:

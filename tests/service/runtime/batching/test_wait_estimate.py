@@ -84,12 +84,14 @@ def test_size_seconds_is_what_each_size_measured_lately() -> None:
     assert model.size_seconds(2) == pytest.approx(0.012, rel=0.01)
 
 
-def test_a_seed_stands_for_its_size_until_batches_of_that_size_replace_it() -> None:
-    model = BatchTimeModel()
-    model.seed({1: 0.010, 8: 0.060})  # the warmup's timed batches
+def test_seeds_stay_in_the_fit_and_measure_no_size() -> None:
+    model = BatchTimeModel(history=4)
+    model.seed({1: 0.010, 8: 0.045})  # the warmup's timed batches: 5 ms per image, 5 ms per batch
     assert model.known and model.fitted
-    assert model.measured(1) and model.measured(8) and not model.measured(4)
-    assert model.size_seconds(8) == pytest.approx(0.060)
-    for _ in range(30):
-        model.observe(8, 0.090)  # served batches are slower than the warmup's black images
-    assert model.size_seconds(8) == pytest.approx(0.090, rel=0.01)
+    assert model.seconds(4) == pytest.approx(0.025)
+    assert not model.measured(1) and not model.measured(8)
+    for _ in range(10):
+        model.observe(1, 0.012)  # served single requests only, more than the history holds
+    assert model.fitted  # the seeds keep the per-batch cost known
+    assert model.measured(1) and not model.measured(8)
+    assert model.size_seconds(8) == pytest.approx(model.seconds(8))  # the fit, not a measure
