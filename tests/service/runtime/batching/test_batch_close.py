@@ -212,19 +212,22 @@ def test_while_single_requests_keep_up_only_a_size_measured_to_pay_is_used() -> 
     gpu_like = linear(1, 20)  # the fit: every batch pays
     only_one_ran = {1}.__contains__
     # Low load: the fit's promise is not taken on trust; a size that ran and paid is.
-    assert dispatch_size(8, gpu_like, rate=1.0, max_batch_size=8, measured=only_one_ran) == 1
-    assert dispatch_size(8, gpu_like, rate=1.0, max_batch_size=8, measured={1, 8}.__contains__) == 8
+    assert dispatch_size(8, gpu_like, rate=1.0, max_batch_size=16, measured=only_one_ran) == 1
+    assert dispatch_size(8, gpu_like, rate=1.0, max_batch_size=16, measured={1, 8}.__contains__) == 8
     assert pool_share(2, gpu_like, 0.5, rate_per_worker=1.0, gain_margin=True, measured=only_one_ran) == 1
-    # Arrivals within what single requests serve (48/s) but not with the headroom: still measured sizes only.
-    assert dispatch_size(8, gpu_like, rate=45.0, max_batch_size=8, measured=only_one_ran) == 1
+    # Arrivals beyond what single requests serve (1 / 21 ms = 48/s) and seven waiting: still measured sizes
+    # only (a burst of random arrivals looks like that for a moment).
+    assert dispatch_size(7, gpu_like, rate=60.0, max_batch_size=8, measured=only_one_ran) == 1
     assert (
-        pool_share(8, gpu_like, 0.5, rate_per_worker=45.0 * 1.25, gain_margin=True, measured=only_one_ran)
+        pool_share(
+            7, gpu_like, 0.5, rate_per_worker=75.0, max_batch_size=8, gain_margin=True, measured=only_one_ran
+        )
         == 1
     )
-    # Arrivals that single requests cannot serve (1 / 21 ms = 48/s): sizes not yet run are tried.
+    # A full batch waiting: single requests have fallen behind, and sizes not yet run are tried.
     assert dispatch_size(8, gpu_like, rate=60.0, max_batch_size=8, measured=only_one_ran) == 8
     share = pool_share(
-        8, gpu_like, 0.5, rate_per_worker=60.0, max_batch_size=8, gain_margin=True, measured=only_one_ran
+        8, gpu_like, 0.5, rate_per_worker=75.0, max_batch_size=8, gain_margin=True, measured=only_one_ran
     )
     assert share == 8
 
