@@ -28,7 +28,7 @@ much as its images run alone (on OpenVINO a batch of two can cost more: see
 (the linear fit predicts every size beyond one cheaper per image, which a runtime with a graph per batch
 size belies; the warmup measures a batch of one and a full one); once the arrivals outpace single requests,
 batches grow to the size that serves the most, and sizes not yet run are tried only once a full batch
-waits.
+waits and the arrival rate is above what single requests serve.
 
 Under any policy, a model with several batch workers (`service.runtime.batching.worker_pool`) asks
 `pool_share` how much of a closed batch the free worker takes, the rest waiting for the next free one.
@@ -164,14 +164,16 @@ def dispatch_size(
     split that minimises this (dynamic programming over the sizes, smaller first on a tie). Once they do
     not, at least the size among those waiting that serves the most requests per second. Either way only
     sizes whose time per image beats a single request's by `BATCH_GAIN_MARGIN` are used, and only sizes
-    ``measured`` to, unless a full batch is waiting (single requests have fallen behind: the arrival-rate
-    estimate, which a burst of random arrivals doubles for a moment, is not trusted for that): only then
-    is a size not yet run tried on the fit's promise.
+    ``measured`` to, unless single requests have fallen behind by both signs, a full batch waiting and an
+    arrival rate above what they serve (either alone misleads: a burst of random arrivals fills the queue
+    and doubles the rate estimate for a moment): only then is a size not yet run tried on the fit's
+    promise.
     """
     if waiting <= 1:
         return waiting
     singles_keep_up = rate * KEEP_UP_HEADROOM * batch_seconds(1) <= 1.0
-    cost = gainful(batch_seconds, None if waiting >= max_batch_size else measured)
+    behind = waiting >= max_batch_size and rate * batch_seconds(1) > 1.0
+    cost = gainful(batch_seconds, None if behind else measured)
     summed = [0.0] * (waiting + 1)
     first = [0] * (waiting + 1)
     for queued in range(1, waiting + 1):
@@ -224,14 +226,16 @@ def pool_share(
     single-threaded stream) requests run one by one on whichever worker is free, as if unbatched, until
     the arrivals outpace that, and batches grow only then. With ``gain_margin`` (the adaptive policy) the
     share is 1 or a size that beats single requests by `BATCH_GAIN_MARGIN` (`gainful`), the floor too,
-    and only a size ``measured`` to, unless ``max_batch_size`` requests are waiting.
+    and only a size ``measured`` to, unless ``max_batch_size`` requests are waiting and the arrivals
+    outpace single requests (``rate_per_worker`` without the headroom).
     """
     if waiting <= 1:
         return waiting
     cost = batch_seconds
-    if gain_margin:  # sizes not yet run only once a full batch waits (`dispatch_size`)
+    if gain_margin:  # sizes not yet run only once single requests fell behind (`dispatch_size`)
         full = max_batch_size is not None and waiting >= max_batch_size
-        cost = gainful(batch_seconds, None if full else measured)
+        behind = full and rate_per_worker / KEEP_UP_HEADROOM * batch_seconds(1) > 1.0
+        cost = gainful(batch_seconds, None if behind else measured)
     sizes = [k for k in range(1, waiting + 1) if math.isfinite(cost(k))]
 
     def summed(k: int) -> float:

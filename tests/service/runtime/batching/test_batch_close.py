@@ -224,7 +224,16 @@ def test_while_single_requests_keep_up_only_a_size_measured_to_pay_is_used() -> 
         )
         == 1
     )
-    # A full batch waiting: single requests have fallen behind, and sizes not yet run are tried.
+    # A full batch waiting at a rate single requests serve (a burst): measured sizes only.
+    assert dispatch_size(8, gpu_like, rate=40.0, max_batch_size=8, measured=only_one_ran) == 1
+    assert (
+        pool_share(
+            8, gpu_like, 0.5, rate_per_worker=50.0, max_batch_size=8, gain_margin=True, measured=only_one_ran
+        )
+        == 1
+    )
+    # A full batch waiting and the rate beyond single requests: they have fallen behind, sizes not yet run
+    # are tried.
     assert dispatch_size(8, gpu_like, rate=60.0, max_batch_size=8, measured=only_one_ran) == 8
     share = pool_share(
         8, gpu_like, 0.5, rate_per_worker=75.0, max_batch_size=8, gain_margin=True, measured=only_one_ran
