@@ -1,8 +1,8 @@
 """How long a new request would wait: batch time as a function of batch size, fitted on recent batches.
 
 Batch time is modelled as ``a * n + b`` (per-image cost plus fixed overhead), least squares over the
-last `HISTORY` batches (and the batches the model's warmup timed, `BatchTimeModel.seed`), as BentoML's
-adaptive batcher does. With one batch size seen so far the model is
+last `HISTORY` batches (and the batches the model's warmup timed, for sizes not among them:
+`BatchTimeModel.seed`), as BentoML's adaptive batcher does. With one batch size seen so far the model is
 proportional (``t * n / size``); with none, nothing is known and nothing is predicted.
 
 `BatchTimeModel.size_seconds` is the time measured for one batch size (a moving average per size), for
@@ -44,9 +44,11 @@ class BatchTimeModel:
         self._fit()
 
     def _fit(self) -> None:
-        n = len(self._observed) + len(self._seeds)
+        served = {size for size, _ in self._observed}
+        points = [*(seed for seed in self._seeds if seed[0] not in served), *self._observed]
+        n = len(points)
         sum_x = sum_y = sum_xx = sum_xy = 0.0
-        for x, y in (*self._seeds, *self._observed):
+        for x, y in points:
             sum_x += x
             sum_y += y
             sum_xx += x * x
@@ -61,10 +63,11 @@ class BatchTimeModel:
         self._coefficients = (sum_y / sum_x, 0.0)
 
     def seed(self, seconds: dict[int, float]) -> None:
-        """Batch times measured before serving (the model's warmup: each size alone, on black images). They
-        stay in the linear fit, so it knows a per-batch cost from the start and after any run of single
-        requests, but no size counts as `measured` by them: served batches, whose images are real and
-        whose runtime shares the cores with the rest of the service, cost more."""
+        """Batch times measured before serving (the model's warmup: each size alone, on black images). Each
+        stands in the linear fit for its size while no served batch of that size is in the history, so the
+        fit knows a per-batch cost from the start and after any run of single requests; no size counts as
+        `measured` by them: served batches, whose images are real and whose runtime shares the cores with
+        the rest of the service, cost more."""
         self._seeds = sorted(seconds.items())
         if self._seeds:
             self._fit()

@@ -84,14 +84,16 @@ def test_size_seconds_is_what_each_size_measured_lately() -> None:
     assert model.size_seconds(2) == pytest.approx(0.012, rel=0.01)
 
 
-def test_seeds_stay_in_the_fit_and_measure_no_size() -> None:
+def test_a_seed_stands_in_the_fit_until_its_size_is_served_and_measures_no_size() -> None:
     model = BatchTimeModel(history=4)
     model.seed({1: 0.010, 8: 0.045})  # the warmup's timed batches: 5 ms per image, 5 ms per batch
     assert model.known and model.fitted
     assert model.seconds(4) == pytest.approx(0.025)
     assert not model.measured(1) and not model.measured(8)
+    model.observe(1, 0.020)  # a served single request: it replaces the seed of its size in the fit
+    assert model.seconds(1) == pytest.approx(0.020)  # the line through it and the full batch's seed
     for _ in range(10):
         model.observe(1, 0.012)  # served single requests only, more than the history holds
-    assert model.fitted  # the seeds keep the per-batch cost known
+    assert model.fitted  # the seed of a full batch keeps the per-batch cost known
     assert model.measured(1) and not model.measured(8)
     assert model.size_seconds(8) == pytest.approx(model.seconds(8))  # the fit, not a measure
