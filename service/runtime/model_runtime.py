@@ -162,6 +162,7 @@ class ModelRuntime:
                 inline=self.inline,
                 workers=model.backend.streams,
                 stream_batch_size=self.settings.stream_batch_size,
+                fit_predicts_sizes=model.backend.linear_batch_times,
             )
             model.batcher.batch_times.seed(model.warmup_seconds)
             model.batcher.start()

@@ -51,6 +51,13 @@ class Backend(ABC):
         self.inference_precision: str = _FLOAT_PRECISION.get(manifest.precision, manifest.precision)
 
     @property
+    def linear_batch_times(self) -> bool:
+        """Whether every batch size runs on one graph, so a batch's time is about linear in its size and a
+        line through the sizes that ran predicts the others (not so with static-shape graphs beside the
+        dynamic one: `service.runtime.batching.batch_close.gainful`)."""
+        return not self.static_batch_sizes
+
+    @property
     @abstractmethod
     def description(self) -> str:
         """What runs the model, e.g. ``onnxruntime[CPUExecutionProvider]``; shown in /v1/models."""

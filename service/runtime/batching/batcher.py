@@ -57,7 +57,9 @@ class DynamicBatcher(Generic[In, Out]):
     """Batches `submit` calls into ``run_batch(items) -> outputs`` calls (one output per item, in order).
 
     ``run_batch`` runs in worker threads owned by the batcher: one, or ``workers`` side by side for a
-    runtime that runs that many inferences at once (`service.runtime.batching.worker_pool`). Call `start`
+    runtime that runs that many inferences at once (`service.runtime.batching.worker_pool`).
+    ``fit_predicts_sizes`` False (a runtime with a graph of its own for some sizes): the adaptive policy
+    uses only batch sizes it has measured (`service.runtime.batching.batch_close.gainful`). Call `start`
     inside a running event loop (the app lifespan) and `stop` on shutdown.
     """
 
@@ -77,6 +79,7 @@ class DynamicBatcher(Generic[In, Out]):
         inline: InlineWork | None = None,
         workers: int = 1,
         stream_batch_size: int | None = None,
+        fit_predicts_sizes: bool = True,
     ):
         if not isinstance(max_batch_size, int) or max_batch_size < 1:
             raise ValueError(f"max_batch_size must be an integer >= 1, got {max_batch_size!r}")
@@ -97,7 +100,12 @@ class DynamicBatcher(Generic[In, Out]):
         # Set on anything the collector may be waiting for: a new request, a finished batch, stop().
         self._changed = asyncio.Event()
         self._worker: WorkerPool[In, Out] = WorkerPool(
-            name, run_batch, self._metrics, self._changed.set, count=workers
+            name,
+            run_batch,
+            self._metrics,
+            self._changed.set,
+            count=workers,
+            fit_predicts_sizes=fit_predicts_sizes,
         )
         self.batch_times = self._worker.batch_times
         self._rules = CloseRules(

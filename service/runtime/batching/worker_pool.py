@@ -32,10 +32,13 @@ class WorkerPool(Generic[In, Out]):
         metrics: BatcherMetrics,
         on_idle: Callable[[], None],
         count: int = 1,
+        fit_predicts_sizes: bool = True,
     ) -> None:
         if not isinstance(count, int) or count < 1:
             raise ValueError(f"a worker pool needs at least one worker, got {count!r}")
         self.batch_times = BatchTimeModel()
+        # False: a size the line through the batch times predicts is not trusted until it has run.
+        self._measured = None if fit_predicts_sizes else self.batch_times.measured
         self.workers: list[BatchWorker[In, Out]] = [
             BatchWorker(name, run_batch, metrics, on_idle, batch_times=self.batch_times, thread=f"{i}")
             for i in range(count)
@@ -89,7 +92,7 @@ class WorkerPool(Generic[In, Out]):
                 seconds,
                 rate=rate,
                 max_batch_size=max_batch_size or size,
-                measured=self.batch_times.measured,
+                measured=self._measured,
             )
         now = time.monotonic()
         next_free = min(
@@ -102,7 +105,7 @@ class WorkerPool(Generic[In, Out]):
             rate_per_worker=rate * (KEEP_UP_HEADROOM if adaptive else 1.0) / len(self.workers),
             max_batch_size=max_batch_size,
             gain_margin=adaptive,
-            measured=self.batch_times.measured,
+            measured=self._measured,
         )
 
     def next_idle(self) -> BatchWorker[In, Out] | None:

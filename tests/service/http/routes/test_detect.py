@@ -83,7 +83,9 @@ def test_query_filters(client: TestClient) -> None:
 def test_concurrent_requests_share_a_batch_and_each_gets_its_own_answer(
     make_client: MakeClient, toy_repo: Path, gated: GatedFactory
 ) -> None:
-    client = make_client(toy_repo, max_batch_size=8, max_queue_delay_ms=0)
+    # The fixed policy: the batch is whatever waited (the adaptive one decides from batch times, and the
+    # gated first batch's time says nothing about the toy model's; its decisions: test_batch_close.py).
+    client = make_client(toy_repo, max_batch_size=8, max_queue_delay_ms=0, batch_policy="fixed")
     backend = gated.backends["toy"]
     backend.gate.clear()
     values = [30, 70, 110, 160, 210]

@@ -422,6 +422,8 @@ def test_which_static_batch_sizes_a_model_gets(
     values = {"openvino_static_batch_sizes": setting, "max_batch_size": max_batch_size, "backend": "openvino"}
     backend = create_backend(entry, settings(tmp_path, **values))
     assert backend.static_batch_sizes == expected
+    # A graph of its own for some sizes: a line through the batch times does not predict the others.
+    assert backend.linear_batch_times == (expected == ())
 
 
 def test_warmup_runs_the_static_batch_sizes_too(tmp_path: Path) -> None:

@@ -144,6 +144,20 @@ def test_one_worker_splits_a_closed_batch_only_under_the_adaptive_policy() -> No
     pool.shutdown()
 
 
+def test_the_adaptive_policy_trusts_the_fit_for_a_size_not_yet_run_only_where_batch_times_are_linear() -> (
+    None
+):
+    for linear, share in ((True, 6), (False, 1)):
+        pool: WorkerPool[int, int] = WorkerPool(
+            "m", lambda items: items, NoMetrics(), lambda: None, fit_predicts_sizes=linear
+        )
+        pool.batch_times.seed({1: 0.010, 8: 0.017})  # the warmup: a batch costs little more than one image
+        pool.batch_times.observe(1, 0.010)
+        # Six waiting at low load: the line says one batch of six; only a runtime it describes takes it.
+        assert pool.share(6, rate=10.0, max_batch_size=8, adaptive=True) == share
+        pool.shutdown()
+
+
 def test_the_adaptive_policy_runs_a_batch_that_costs_more_one_request_at_a_time() -> None:
     async def scenario() -> list[int]:
         sizes: list[int] = []
