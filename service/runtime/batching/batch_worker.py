@@ -131,7 +131,7 @@ class BatchWorker(Generic[In, Out]):
             self._done(batch, started)
             self._fail(batch, exc)
             return
-        self._done(batch, started)
+        self._done(batch, started, ran=_ran(outputs))
         self._deliver(batch, outputs)
 
     def shutdown(self) -> None:
@@ -157,7 +157,7 @@ class BatchWorker(Generic[In, Out]):
             return
         # The worker is free before the results are handed out, so the next batch is dispatched first
         # (its wake-up is queued ahead of the waiters') and inference does not wait on their responses.
-        self._done(batch, started)
+        self._done(batch, started, ran=_ran(outputs))
         self._deliver(batch, outputs)
 
     def _deliver(self, batch: list[Pending[In, Out]], outputs: Sequence[Out | Failed]) -> None:
@@ -175,17 +175,20 @@ class BatchWorker(Generic[In, Out]):
             else:
                 pending.future.set_result(output)
 
-    def _done(self, batch: list[Pending[In, Out]], started: float) -> None:
+    def _done(self, batch: list[Pending[In, Out]], started: float, ran: bool = True) -> None:
+        """The batch is over: time it (unless nothing ran: every item failed before inference, and its
+        time says nothing of a batch's) and free the worker."""
         ended = time.monotonic()
         elapsed = ended - started
-        self._metrics.inference(elapsed)
+        if ran:
+            self._metrics.inference(elapsed)
+            self.batch_times.observe(len(batch), elapsed)
         span = tracing.current().batch(self.name, len(batch), started, ended)
         for pending in batch:
             if pending.times is not None:
                 pending.times.inference = elapsed
                 pending.times.batch_started = started
                 pending.times.batch_span = span
-        self.batch_times.observe(len(batch), elapsed)
         self.running_size = 0
         self.idle = True
         self._on_idle()
@@ -198,3 +201,8 @@ class BatchWorker(Generic[In, Out]):
         for pending in batch:
             if not pending.future.done():
                 pending.future.set_exception(BackendError(f"model {self.name!r}: {message}"))
+
+
+def _ran(outputs: Sequence[object]) -> bool:
+    """Whether the runtime ran at all: not when every item failed before inference (`Failed`)."""
+    return not outputs or not all(isinstance(output, Failed) for output in outputs)

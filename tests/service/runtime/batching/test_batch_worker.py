@@ -54,6 +54,15 @@ def test_an_item_failed_in_its_place_fails_that_waiter_alone_with_its_own_error(
     assert worker.idle and worker.batch_times.known
 
 
+def test_a_batch_whose_every_item_failed_before_inference_is_not_timed() -> None:
+    def none_decode(items: list[int]) -> Sequence[int | Failed]:
+        return [Failed(BadRequest("corrupt", field="body")) for _ in items]
+
+    batch, worker = asyncio.run(_run(none_decode, [1, 2]))
+    assert all(isinstance(p.future.exception(), BadRequest) for p in batch)
+    assert worker.idle and not worker.batch_times.known  # a corrupt image's instant "batch" is no batch time
+
+
 def test_a_wrong_output_count_fails_every_waiter_of_the_batch() -> None:
     def short(items: list[int]) -> Sequence[int]:
         return items[:1]
