@@ -16,7 +16,7 @@ into the model's metrics.
 from __future__ import annotations
 
 import time
-from contextlib import AsyncExitStack
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -229,25 +229,31 @@ async def prepare_images(
     With ``originals`` the decoded originals are kept to draw on, and their memory stays held until
     that stack closes; without, an image's memory is held only while it is decoded.
     """
-    per_pixel = RENDER_BYTES_PER_PIXEL if originals is not None else DECODE_BYTES_PER_PIXEL
-    spec = model.manifest.input
     prepared: list[Prepared] = []
     for upload, plan in zip(uploads, plans, strict=True):
-        pixels = plan.decode.decoded_pixels
-        # A tiled image's network inputs live until inference: its tiles count too.
-        tile_bytes = 0 if plan.tiles is None else plan.inputs * spec.width * spec.height * 3
-        held = resources.image_budget.hold(
-            pixels * per_pixel + tile_bytes, resources.budget_wait_s, field=upload.label
-        )
+        held = hold_image(model, resources, upload, plan, keep_original=originals is not None)
         async with AsyncExitStack() as decoding:
             owner = originals if originals is not None else decoding
             await owner.enter_async_context(held)
             prepared.append(
                 await resources.scheduler.run(
-                    pixels, _prepare, model, upload, plan, originals is not None, stages
+                    plan.decode.decoded_pixels, _prepare, model, upload, plan, originals is not None, stages
                 )
             )
     return prepared
+
+
+def hold_image(
+    model: LoadedModel, resources: Resources, upload: ImageUpload, plan: ImagePlan, keep_original: bool
+) -> AbstractAsyncContextManager[None]:
+    """One image's share of the image budget: its decoded pixels (more when its original is kept to draw
+    on), and a tiled image's network inputs, which live until inference."""
+    per_pixel = RENDER_BYTES_PER_PIXEL if keep_original else DECODE_BYTES_PER_PIXEL
+    spec = model.manifest.input
+    tile_bytes = 0 if plan.tiles is None else plan.inputs * spec.width * spec.height * 3
+    return resources.image_budget.hold(
+        plan.decode.decoded_pixels * per_pixel + tile_bytes, resources.budget_wait_s, field=upload.label
+    )
 
 
 def postprocess(

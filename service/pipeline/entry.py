@@ -44,6 +44,7 @@ from service.pipeline.detect import (
     Prepared,
     contract_outputs,
     decodes_in_batch,
+    hold_image,
     plan_images,
     postprocess,
     prepare_images,
@@ -56,7 +57,7 @@ from service.pipeline.shadow import OnCompared, ShadowRunner
 from service.pipeline.tasks import Gone, cancel_when_gone
 from service.pipeline.timing import RequestStages
 from service.runtime import tracing
-from service.runtime.admission import DECODE_BYTES_PER_PIXEL, RENDER_BYTES_PER_PIXEL, Resources
+from service.runtime.admission import Resources
 from service.runtime.batching.batch_queue import Priority
 from service.runtime.loaded_model import LoadedModel
 from service.schemas import DetectionResult
@@ -296,14 +297,11 @@ class PipelineRequest:
         self._admit(inputs, room=None if window is None else min(inputs, window))
 
         async def decode_in_batch() -> tuple[list[Prepared], list[Outputs]]:
-            upload, plan = images[0], plans[0]
-            per_pixel = RENDER_BYTES_PER_PIXEL if originals is not None else DECODE_BYTES_PER_PIXEL
+            upload, plan, keep = images[0], plans[0], originals is not None
             async with AsyncExitStack() as decoding:
-                held = self._resources.image_budget.hold(
-                    plan.decode.decoded_pixels * per_pixel, self._resources.budget_wait_s, field=upload.label
-                )
+                held = hold_image(self.model, self._resources, upload, plan, keep_original=keep)
                 await (originals if originals is not None else decoding).enter_async_context(held)
-                item = DecodeInBatch(self.model, upload, plan, originals is not None, self.stages)
+                item = DecodeInBatch(self.model, upload, plan, keep, self.stages)
                 outputs = await infer(self.model, [item], self.deadline, self.stages, self.priority)
             assert item.prepared is not None  # its batch ran: outputs came back
             return [item.prepared], outputs
