@@ -21,6 +21,7 @@ waiting requests: ``dispatch(waiting, rate) -> n`` (e.g. the ``adaptive`` batchi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -95,15 +96,17 @@ def _one(waiting: int, rate: float) -> int:
     return min(waiting, 1)
 
 
-def adaptive_dispatch(cost: Cost, max_batch: int) -> Dispatch:
+def adaptive_dispatch(cost: Cost, max_batch: int, longest_ms: float = math.inf) -> Dispatch:
     """The ``adaptive`` policy's rule (`service.runtime.batching.batch_close.dispatch_size`) on ``cost``,
-    with the arrival rate known exactly."""
+    with the arrival rate known exactly; ``longest_ms``: its bound on a batch's time."""
     from service.runtime.batching.batch_close import dispatch_size
 
     def seconds(n: int) -> float:
         return cost.ms(n) / 1000.0
 
-    return lambda waiting, rate: dispatch_size(waiting, seconds, rate=rate, max_batch_size=max_batch)
+    return lambda waiting, rate: dispatch_size(
+        waiting, seconds, rate=rate, max_batch_size=max_batch, longest_s=longest_ms / 1000.0
+    )
 
 
 # The service's policies as dispatch rules: "fixed" takes everything waiting (up to max_batch), "adaptive"

@@ -48,6 +48,10 @@ KEEP_UP_HEADROOM = 1.25
 # The adaptive policy batches only with sizes whose measured time per image is at least this much below a
 # single request's: a batch that gains less (on a CPU, often none) only makes its requests wait for it.
 BATCH_GAIN_MARGIN = 0.1
+# The adaptive policy runs batches that take at most this share of the latency budget
+# (DETECT_BATCH_LATENCY_BUDGET_MS) while those keep up with this multiple of the arrival rate (`within`).
+LONGEST_BATCH_SHARE = 0.25
+BOUNDED_HEADROOM = 1.2
 
 
 @dataclass(frozen=True)
@@ -155,6 +159,7 @@ def dispatch_size(
     rate: float,
     max_batch_size: int,
     measured: Callable[[int], bool] | None = None,
+    longest_s: float = math.inf,
 ) -> int:
     """Adaptive policy, one worker: how many of ``waiting`` requests run now.
 
@@ -167,13 +172,14 @@ def dispatch_size(
     ``measured`` to, unless single requests have fallen behind by both signs, a full batch waiting and an
     arrival rate above what they serve (either alone misleads: a burst of random arrivals fills the queue
     and doubles the rate estimate for a moment): only then is a size not yet run tried on the fit's
-    promise.
+    promise. Sizes whose batch takes longer than ``longest_s`` are used only once the sizes within it
+    (single requests included) do not keep up (`within`).
     """
     if waiting <= 1:
         return waiting
     singles_keep_up = rate * KEEP_UP_HEADROOM * batch_seconds(1) <= 1.0
     behind = waiting >= max_batch_size and rate * batch_seconds(1) > 1.0
-    cost = gainful(batch_seconds, None if behind else measured)
+    cost = within(gainful(batch_seconds, None if behind else measured), longest_s, rate, max_batch_size)
     summed = [0.0] * (waiting + 1)
     first = [0] * (waiting + 1)
     for queued in range(1, waiting + 1):
@@ -206,6 +212,39 @@ def gainful(
     return cost
 
 
+def within(
+    cost: Callable[[int], float],
+    longest_s: float,
+    rate: float,
+    max_batch_size: int,
+    headroom: float = BOUNDED_HEADROOM,
+) -> Callable[[int], float]:
+    """``cost`` where a batch takes at most ``longest_s`` (`LONGEST_BATCH_SHARE` of the latency budget) and
+    infinite for longer sizes but 1, while the sizes within it (a single request always) serve ``rate``
+    with ``headroom``; otherwise ``cost`` unchanged.
+
+    A long batch delays every request that arrives while it runs by up to its own time, so it sets the
+    tail latency even where it serves more per second. Under random arrivals short batches (or single
+    requests) keep the p99 lowest until the arrivals come close to what they serve; past that the queue
+    would grow behind them and the longer, more efficient batches take over
+    (`scripts/bench/batch_policy_model.py --longest-ms`, docs/benchmarks/batching.md)."""
+    if not math.isfinite(longest_s):
+        return cost
+    short = bounded(cost, longest_s)
+    serves = max(k / max(short(k), 1e-9) for k in range(1, max_batch_size + 1))
+    return short if rate * headroom <= serves else cost
+
+
+def bounded(cost: Callable[[int], float], longest_s: float) -> Callable[[int], float]:
+    """``cost`` for a single request and for batches that take at most ``longest_s``; infinite otherwise."""
+
+    def short(k: int) -> float:
+        seconds = cost(k)
+        return seconds if k == 1 or seconds <= longest_s else math.inf
+
+    return short
+
+
 def pool_share(
     waiting: int,
     batch_seconds: Callable[[int], float],
@@ -215,6 +254,7 @@ def pool_share(
     max_batch_size: int | None = None,
     gain_margin: bool = False,
     measured: Callable[[int], bool] | None = None,
+    longest_s: float = math.inf,
 ) -> int:
     """How many of ``waiting`` requests a free worker takes now, when another worker of the same model
     frees up in ``next_free_s`` (0: it is free too).
@@ -227,7 +267,13 @@ def pool_share(
     the arrivals outpace that, and batches grow only then. With ``gain_margin`` (the adaptive policy) the
     share is 1 or a size that beats single requests by `BATCH_GAIN_MARGIN` (`gainful`), the floor too,
     and only a size ``measured`` to, unless ``max_batch_size`` requests are waiting and the arrivals
-    outpace single requests (``rate_per_worker`` without the headroom).
+    outpace single requests (``rate_per_worker`` without the headroom); and until then, with
+    ``longest_s``, only sizes whose batch takes at most that (`bounded`). On a pool the bound gives way
+    to those two signals together, not to the arrival rate alone as with one worker (`within`): several
+    workers drain a queue together, so single requests on them hold the p99 closer to what they serve
+    (an M/D/2 queue waits far less than an M/D/1 at the same load), the rate estimated from random
+    arrivals overshoots for a moment, and a batch on a single-threaded stream holds it long (eight
+    images on one core: ~140 ms for the default model).
     """
     if waiting <= 1:
         return waiting
@@ -236,6 +282,8 @@ def pool_share(
         full = max_batch_size is not None and waiting >= max_batch_size
         behind = full and rate_per_worker / KEEP_UP_HEADROOM * batch_seconds(1) > 1.0
         cost = gainful(batch_seconds, None if behind else measured)
+        if not behind:
+            cost = bounded(cost, longest_s)
     sizes = [k for k in range(1, waiting + 1) if math.isfinite(cost(k))]
 
     def summed(k: int) -> float:

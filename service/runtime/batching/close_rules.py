@@ -13,7 +13,8 @@ company only when that lowers the summed completion time. ``max_queue_delay_s`` 
 
 With ``policy="adaptive"`` batches close as under ``fixed``, and the free worker takes only the share of a
 closed batch that pays (`service.runtime.batching.batch_close.dispatch_size`): one by one at low load,
-larger batches once the arrivals outpace single requests.
+larger batches once the arrivals outpace single requests, and batches longer than a quarter of
+``latency_budget_s`` only once the shorter ones fall behind.
 """
 
 from __future__ import annotations
@@ -22,7 +23,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from service.runtime.batching.batch_close import ArrivalRate, BatchState, close_reason, wait_s
+from service.runtime.batching.batch_close import (
+    LONGEST_BATCH_SHARE,
+    ArrivalRate,
+    BatchState,
+    close_reason,
+    wait_s,
+)
 from service.runtime.batching.batch_worker import Pending
 from service.runtime.batching.worker_pool import WorkerPool
 
@@ -92,7 +99,11 @@ class CloseRules:
     def share(self, size: int, now: float) -> int:
         """How many of a closed batch of ``size`` the free worker takes (`WorkerPool.share`)."""
         return self._worker.share(
-            size, self.arrivals.rate(now), self.max_batch_size, adaptive=self.policy == "adaptive"
+            size,
+            self.arrivals.rate(now),
+            self.max_batch_size,
+            adaptive=self.policy == "adaptive",
+            longest_s=self.latency_budget_s * LONGEST_BATCH_SHARE,
         )
 
     def over_budget(self, batch: Batch) -> bool:

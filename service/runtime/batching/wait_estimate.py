@@ -28,6 +28,7 @@ class BatchTimeModel:
     def __init__(self, history: int = HISTORY):
         self._observed: deque[tuple[int, float]] = deque(maxlen=history)
         self._seeds: list[tuple[int, float]] = []  # measured before serving: always in the fit
+        self._seed_by_size: dict[int, float] = {}
         self._coefficients: tuple[float, float] | None = None
         self._spread_seen = False
         self._by_size: dict[int, float] = {}
@@ -65,10 +66,12 @@ class BatchTimeModel:
     def seed(self, seconds: dict[int, float]) -> None:
         """Batch times measured before serving (the model's warmup: each size alone, on black images). Each
         stands in the linear fit for its size while no served batch of that size is in the history, so the
-        fit knows a per-batch cost from the start and after any run of single requests; no size counts as
-        `measured` by them: served batches, whose images are real and whose runtime shares the cores with
-        the rest of the service, cost more."""
+        fit knows a per-batch cost from the start and after any run of single requests. A seeded size
+        counts as `measured` (its seed its time) until it has served `SIZE_MIN_RUNS` batches of its own:
+        served batches, whose images are real and whose runtime shares the cores with the rest of the
+        service, cost more, and their moving average then replaces the seed."""
         self._seeds = sorted(seconds.items())
+        self._seed_by_size = dict(seconds)
         if self._seeds:
             self._fit()
 
@@ -89,15 +92,16 @@ class BatchTimeModel:
         return a * size + b
 
     def measured(self, size: int) -> bool:
-        """Whether ``size`` has run often enough (`SIZE_MIN_RUNS`) for `size_seconds` to be its own time."""
-        return self._runs.get(size, 0) >= SIZE_MIN_RUNS
+        """Whether ``size`` has a time of its own for `size_seconds`: it has run often enough
+        (`SIZE_MIN_RUNS`), or the warmup timed it (`seed`)."""
+        return self._runs.get(size, 0) >= SIZE_MIN_RUNS or size in self._seed_by_size
 
     def size_seconds(self, size: int) -> float:
-        """Time of a batch of ``size`` as measured for that size lately (the linear fit until it has run
-        `SIZE_MIN_RUNS` times)."""
-        if not self.measured(size):
-            return self.seconds(size)
-        return self._by_size[size]
+        """Time of a batch of ``size`` as measured for that size lately; before it has run
+        `SIZE_MIN_RUNS` times, its warmup time (`seed`), else the linear fit."""
+        if self._runs.get(size, 0) >= SIZE_MIN_RUNS:
+            return self._by_size[size]
+        return self._seed_by_size.get(size, self.seconds(size))
 
 
 def expected_finish_s(

@@ -10,6 +10,7 @@ its estimates describe the pool as it runs under load.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
@@ -70,13 +71,20 @@ class WorkerPool(Generic[In, Out]):
         return worker.running_since + self.batch_times.seconds(worker.running_size)
 
     def share(
-        self, size: int, rate: float = 0.0, max_batch_size: int | None = None, *, adaptive: bool = False
+        self,
+        size: int,
+        rate: float = 0.0,
+        max_batch_size: int | None = None,
+        *,
+        adaptive: bool = False,
+        longest_s: float = math.inf,
     ) -> int:
         """How much of a closed batch of ``size`` the free member takes now; the rest waits for the next
         member to free up (`batch_close.pool_share`, with ``rate`` the model's arrival rate; everything
         while the fit has seen one batch size only). ``adaptive`` (the adaptive batching policy): judged
         on the time each batch size measured (`BatchTimeModel.size_seconds`), only sizes that beat single
-        requests (`batch_close.gainful`), with one worker too (`batch_close.dispatch_size`); everything
+        requests (`batch_close.gainful`), with one worker too (`batch_close.dispatch_size`), and batches
+        longer than ``longest_s`` only once the shorter ones fall behind (`batch_close.within`); everything
         only while no batch has been timed at all."""
         idle = self.next_idle()
         if size <= 1 or idle is None:
@@ -93,6 +101,7 @@ class WorkerPool(Generic[In, Out]):
                 rate=rate,
                 max_batch_size=max_batch_size or size,
                 measured=self._measured,
+                longest_s=longest_s,
             )
         now = time.monotonic()
         next_free = min(
@@ -106,6 +115,7 @@ class WorkerPool(Generic[In, Out]):
             max_batch_size=max_batch_size,
             gain_margin=adaptive,
             measured=self._measured,
+            longest_s=longest_s,
         )
 
     def next_idle(self) -> BatchWorker[In, Out] | None:

@@ -249,3 +249,63 @@ def test_dispatch_size_batches_at_once_where_a_batch_has_a_large_fixed_cost() ->
     assert dispatch_size(8, gpu_like, rate=1.0, max_batch_size=8) == 8
     per_image_only = linear(10, 0)
     assert dispatch_size(8, per_image_only, rate=1.0, max_batch_size=8) == 1
+
+
+def test_batches_longer_than_the_bound_wait_until_the_shorter_ones_fall_behind() -> None:
+    from service.runtime.batching.batch_close import BOUNDED_HEADROOM, dispatch_size, pool_share
+
+    # Static graphs for 1 and 2 (a pair pays 15%), the dynamic one for the rest (a full batch pays 18%).
+    measured = {1: 0.0084, 2: 0.0143, 8: 0.0551}
+
+    def times(n: int) -> float:
+        return measured.get(n, 0.0177 + (n - 2) * 0.00623)
+
+    pairs_serve = 2 / times(2)  # 140/s
+    rate = 105.0  # beyond what single requests serve with the headroom, within what pairs serve
+    assert rate * BOUNDED_HEADROOM <= pairs_serve
+    assert dispatch_size(8, times, rate=rate, max_batch_size=8) == 8  # no bound: the most per second
+    assert dispatch_size(8, times, rate=rate, max_batch_size=8, longest_s=0.025) == 2
+    assert dispatch_size(8, times, rate=rate, max_batch_size=8, longest_s=0.060) == 8  # 8 is within it
+    # Arrivals the pairs serve only without headroom: the queue would grow behind them; 8 at once.
+    busy = 125.0
+    assert busy <= pairs_serve < busy * BOUNDED_HEADROOM
+    assert dispatch_size(8, times, rate=busy, max_batch_size=8, longest_s=0.025) == 8
+    # Several workers: the same bound on each one's share of the arrivals (headroom included in the rate).
+    assert pool_share(8, times, 0.0, rate_per_worker=50.0, max_batch_size=8, gain_margin=True) == 4
+    share = pool_share(
+        8, times, 0.0, rate_per_worker=50.0, max_batch_size=8, gain_margin=True, longest_s=0.025
+    )
+    assert share == 2
+
+
+def test_on_a_pool_the_bound_keeps_single_requests_until_they_have_fallen_behind() -> None:
+    from service.runtime.batching.batch_close import KEEP_UP_HEADROOM, pool_share
+
+    def stream(n: int) -> float:  # one core per stream: 19 ms a request, a batch pays 12%
+        return 0.019 if n == 1 else 0.019 * n * 0.88
+
+    singles_serve = 1 / stream(1)  # 52.6/s per stream
+    per_worker = 50.0  # each stream's share of the arrivals
+    assert per_worker * KEEP_UP_HEADROOM > singles_serve >= per_worker
+
+    def share(rate: float, longest_s: float = math.inf, waiting: int = 2) -> int:  # both streams free
+        return pool_share(
+            waiting,
+            stream,
+            0.0,
+            rate_per_worker=rate * KEEP_UP_HEADROOM,
+            max_batch_size=8,
+            gain_margin=True,
+            longest_s=longest_s,
+        )
+
+    # Without the bound the keep-up floor (with its 25% headroom) makes a pair of the two waiting.
+    assert share(per_worker) == 2
+    # A pair takes 33 ms, past the bound: single requests, which serve each stream's share of the rate.
+    assert share(per_worker, longest_s=0.025) == 1
+    # Arrivals beyond what single requests serve, but no full batch waiting (a burst of random arrivals
+    # lifts the rate estimate for a moment): still single requests.
+    assert share(55.0, longest_s=0.025) == 1
+    assert share(55.0, longest_s=0.025, waiting=7) == 1
+    # Both signals: the single requests have fallen behind, and the bound gives way.
+    assert share(55.0, longest_s=0.025, waiting=8) > 1

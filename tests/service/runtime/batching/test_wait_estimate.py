@@ -84,16 +84,21 @@ def test_size_seconds_is_what_each_size_measured_lately() -> None:
     assert model.size_seconds(2) == pytest.approx(0.012, rel=0.01)
 
 
-def test_a_seed_stands_in_the_fit_until_its_size_is_served_and_measures_no_size() -> None:
+def test_a_seed_stands_for_its_size_until_that_size_has_served_batches_of_its_own() -> None:
     model = BatchTimeModel(history=4)
     model.seed({1: 0.010, 8: 0.045})  # the warmup's timed batches: 5 ms per image, 5 ms per batch
     assert model.known and model.fitted
     assert model.seconds(4) == pytest.approx(0.025)
-    assert not model.measured(1) and not model.measured(8)
+    assert model.measured(1) and model.measured(8) and not model.measured(4)
+    assert model.size_seconds(8) == pytest.approx(0.045)  # the warmup's time, not the fit's
     model.observe(1, 0.020)  # a served single request: it replaces the seed of its size in the fit
     assert model.seconds(1) == pytest.approx(0.020)  # the line through it and the full batch's seed
+    assert model.size_seconds(1) == pytest.approx(0.010)  # run once: the seed still stands for it
     for _ in range(10):
         model.observe(1, 0.012)  # served single requests only, more than the history holds
     assert model.fitted  # the seed of a full batch keeps the per-batch cost known
-    assert model.measured(1) and not model.measured(8)
-    assert model.size_seconds(8) == pytest.approx(model.seconds(8))  # the fit, not a measure
+    assert model.size_seconds(1) == pytest.approx(0.0129, rel=0.01)  # served: its moving average
+    assert model.size_seconds(8) == pytest.approx(0.045)
+    for _ in range(3):
+        model.observe(8, 0.090)  # served full batches cost more than the warmup's
+    assert model.size_seconds(8) == pytest.approx(0.090)
