@@ -267,13 +267,13 @@ def pool_share(
     the arrivals outpace that, and batches grow only then. With ``gain_margin`` (the adaptive policy) the
     share is 1 or a size that beats single requests by `BATCH_GAIN_MARGIN` (`gainful`), the floor too,
     and only a size ``measured`` to, unless ``max_batch_size`` requests are waiting and the arrivals
-    outpace single requests (``rate_per_worker`` without the headroom); and until then, with
-    ``longest_s``, only sizes whose batch takes at most that (`bounded`). On a pool the bound gives way
-    to those two signals together, not to the arrival rate alone as with one worker (`within`): several
-    workers drain a queue together, so single requests on them hold the p99 closer to what they serve
-    (an M/D/2 queue waits far less than an M/D/1 at the same load), the rate estimated from random
-    arrivals overshoots for a moment, and a batch on a single-threaded stream holds it long (eight
-    images on one core: ~140 ms for the default model).
+    outpace single requests (``rate_per_worker`` without the headroom); and, with ``longest_s``, only
+    sizes whose batch takes at most that (`bounded`), at any load: unlike one worker's (`within`), a
+    pool's bound never gives way. Several workers drain a queue together, so single requests on them
+    hold the p99 close to what they serve (an M/D/2 queue waits far less than an M/D/1 at the same
+    load), while a long batch holds one of them long (eight images on one core of a 2-core CPU: ~140 ms
+    for the default model); measured, such batches lost to single requests at every load, past
+    saturation too (docs/benchmarks/batching.md, "A bound on a batch's time").
     """
     if waiting <= 1:
         return waiting
@@ -281,9 +281,7 @@ def pool_share(
     if gain_margin:  # sizes not yet run only once single requests fell behind (`dispatch_size`)
         full = max_batch_size is not None and waiting >= max_batch_size
         behind = full and rate_per_worker / KEEP_UP_HEADROOM * batch_seconds(1) > 1.0
-        cost = gainful(batch_seconds, None if behind else measured)
-        if not behind:
-            cost = bounded(cost, longest_s)
+        cost = bounded(gainful(batch_seconds, None if behind else measured), longest_s)
     sizes = [k for k in range(1, waiting + 1) if math.isfinite(cost(k))]
 
     def summed(k: int) -> float:

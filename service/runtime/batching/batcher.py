@@ -348,7 +348,7 @@ class DynamicBatcher(Generic[In, Out]):
                 continue
             reason = self._rules.reason(batch, now, self._stopping) or ("budget" if capped else None)
             if reason is not None and self._worker.idle:
-                share = self._rules.share(len(batch), now)
+                share = self._rules.share(len(batch), now, frames_only=all(p.background for p in batch))
                 if share < len(batch):  # the part that runs now: interactive items first, stream frames last
                     batch.sort(key=run_order)
                 batch, self._waiting.forming = batch[:share], batch[share:]

@@ -19,6 +19,7 @@ larger batches once the arrivals outpace single requests, and batches longer tha
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -96,14 +97,17 @@ class CloseRules:
         earliest = min(p.deadline for p in batch) - self.deadline_margin_s
         return min(close_at, earliest) - now
 
-    def share(self, size: int, now: float) -> int:
-        """How many of a closed batch of ``size`` the free worker takes (`WorkerPool.share`)."""
+    def share(self, size: int, now: float, frames_only: bool = False) -> int:
+        """How many of a closed batch of ``size`` the free worker takes (`WorkerPool.share`). The bound on a
+        batch's time protects requests that wait for their answer: a batch of stream frames alone, whose
+        budget comes from throughput (`DynamicBatcher.throughput`), has none."""
+        longest_s = math.inf if frames_only else self.latency_budget_s * LONGEST_BATCH_SHARE
         return self._worker.share(
             size,
             self.arrivals.rate(now),
             self.max_batch_size,
             adaptive=self.policy == "adaptive",
-            longest_s=self.latency_budget_s * LONGEST_BATCH_SHARE,
+            longest_s=longest_s,
         )
 
     def over_budget(self, batch: Batch) -> bool:

@@ -278,7 +278,7 @@ def test_batches_longer_than_the_bound_wait_until_the_shorter_ones_fall_behind()
     assert share == 2
 
 
-def test_on_a_pool_the_bound_keeps_single_requests_until_they_have_fallen_behind() -> None:
+def test_on_a_pool_the_bound_keeps_batches_short_at_any_load() -> None:
     from service.runtime.batching.batch_close import KEEP_UP_HEADROOM, pool_share
 
     def stream(n: int) -> float:  # one core per stream: 19 ms a request, a batch pays 12%
@@ -307,5 +307,6 @@ def test_on_a_pool_the_bound_keeps_single_requests_until_they_have_fallen_behind
     # lifts the rate estimate for a moment): still single requests.
     assert share(55.0, longest_s=0.025) == 1
     assert share(55.0, longest_s=0.025, waiting=7) == 1
-    # Both signals: the single requests have fallen behind, and the bound gives way.
-    assert share(55.0, longest_s=0.025, waiting=8) > 1
+    # Nor when they have fallen behind by both signals: a pool's bound never gives way.
+    assert share(55.0, longest_s=0.025, waiting=8) == 1
+    assert share(55.0, waiting=8) > 1  # without it, a batch

@@ -221,3 +221,20 @@ def test_the_part_of_a_closed_batch_that_runs_first_is_its_interactive_items() -
         return batches
 
     assert asyncio.run(scenario()) == [["running"], ["interactive"], ["frame"]]
+
+
+def test_on_a_pool_a_batch_past_a_quarter_of_the_latency_budget_runs_only_stream_frames() -> None:
+    from service.runtime.batching.close_rules import CloseRules
+
+    pool: WorkerPool[int, int] = WorkerPool("m", lambda items: items, NoMetrics(), lambda: None, count=2)
+    for _ in range(3):  # a large cost per batch: every size pays, and a pair takes 26 ms
+        for size, seconds in ((1, 0.020), (2, 0.026), (3, 0.032), (4, 0.038)):
+            pool.batch_times.observe(size, seconds)
+    rules = CloseRules(
+        pool, policy="adaptive", max_batch_size=8, max_queue_delay_s=0.005, deadline_margin_s=0.0,
+        dispatch_when_idle=True, latency_budget_s=0.1,
+    )  # fmt: skip
+    now = time.monotonic()
+    assert rules.share(4, now) == 1  # 26 ms is past 25: one request on each free stream
+    assert rules.share(4, now, frames_only=True) == 2  # frames alone: the split that serves them best
+    pool.shutdown()
