@@ -94,7 +94,8 @@ class Settings(BaseSettings):
     # growing when one more request would keep its oldest one past that budget).
     batch_policy: Literal["fixed", "adaptive", "latency"] = "adaptive"
     # Each request's latency budget: the latency policy's limit on a batch's growth; the adaptive policy
-    # runs a batch that takes longer than a quarter of it only once shorter batches fall behind the arrivals.
+    # runs a batch that takes longer than a quarter of it only once shorter batches fall behind the arrivals
+    # (with several OpenVINO streams, never).
     batch_latency_budget_ms: float = Field(default=100.0, gt=0)
     # Opt-in (0 = off): while requests come one at a time and nothing else runs in the service, a batch
     # whose fitted time is at most inline_max_ms and image work on at most inline_max_pixels decoded pixels

@@ -14,7 +14,8 @@ company only when that lowers the summed completion time. ``max_queue_delay_s`` 
 With ``policy="adaptive"`` batches close as under ``fixed``, and the free worker takes only the share of a
 closed batch that pays (`service.runtime.batching.batch_close.dispatch_size`): one by one at low load,
 larger batches once the arrivals outpace single requests, and batches longer than a quarter of
-``latency_budget_s`` only once the shorter ones fall behind.
+``latency_budget_s`` only once the shorter ones fall behind (with several workers never; a batch of
+stream frames alone has no such bound).
 """
 
 from __future__ import annotations

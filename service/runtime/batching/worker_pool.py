@@ -84,8 +84,8 @@ class WorkerPool(Generic[In, Out]):
         while the fit has seen one batch size only). ``adaptive`` (the adaptive batching policy): judged
         on the time each batch size measured (`BatchTimeModel.size_seconds`), only sizes that beat single
         requests (`batch_close.gainful`), with one worker too (`batch_close.dispatch_size`), and batches
-        longer than ``longest_s`` only once the shorter ones fall behind (`batch_close.within`); everything
-        only while no batch has been timed at all."""
+        longer than ``longest_s`` with one worker only once the shorter ones fall behind
+        (`batch_close.within`), with several never; everything only while no batch has been timed at all."""
         idle = self.next_idle()
         if size <= 1 or idle is None:
             return size
