@@ -40,12 +40,16 @@ def test_not_ready_until_warmed_up(toy_repo: Path, gated: GatedFactory) -> None:
 
 def test_a_ready_model_knows_the_batch_times_its_warmup_measured(client: TestClient) -> None:
     """The warm-up's timed batches (a batch of one and a full one) seed the batcher's time model: its
-    first estimates rest on measurements, and it knows a batch's fixed cost before serving one."""
+    first estimates rest on measurements, it knows a batch's fixed cost before serving one, and each
+    warmed size stands on its warmup time until served batches of that size replace it."""
     model = client.app.state.runtime.get("toy", None)  # type: ignore[attr-defined]
-    assert sorted(model.warmup_seconds) == [1, model.batching.max_batch_size]
+    full = model.batching.max_batch_size
+    assert sorted(model.warmup_seconds) == [1, full]
     times = model.batcher.batch_times
     assert times.known and times.fitted
-    assert times.seconds(1) > 0 and not times.measured(1)  # served batches measure sizes, not the warmup
+    assert times.measured(1) and times.measured(full)
+    assert times.size_seconds(1) == model.warmup_seconds[1] > 0
+    assert times.size_seconds(full) == model.warmup_seconds[full]
 
 
 def test_draining_fails_readiness_and_refuses_new_requests(client: TestClient) -> None:
