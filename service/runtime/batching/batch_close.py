@@ -213,15 +213,11 @@ def gainful(
 
 
 def within(
-    cost: Callable[[int], float],
-    longest_s: float,
-    rate: float,
-    max_batch_size: int,
-    headroom: float = BOUNDED_HEADROOM,
+    cost: Callable[[int], float], longest_s: float, rate: float, max_batch_size: int
 ) -> Callable[[int], float]:
     """``cost`` where a batch takes at most ``longest_s`` (`LONGEST_BATCH_SHARE` of the latency budget) and
     infinite for longer sizes but 1, while the sizes within it (a single request always) serve ``rate``
-    with ``headroom``; otherwise ``cost`` unchanged.
+    with `BOUNDED_HEADROOM`; otherwise ``cost`` unchanged.
 
     A long batch delays every request that arrives while it runs by up to its own time, so it sets the
     tail latency even where it serves more per second. Under random arrivals short batches (or single
@@ -232,7 +228,7 @@ def within(
         return cost
     short = bounded(cost, longest_s)
     serves = max(k / max(short(k), 1e-9) for k in range(1, max_batch_size + 1))
-    return short if rate * headroom <= serves else cost
+    return short if rate * BOUNDED_HEADROOM <= serves else cost
 
 
 def bounded(cost: Callable[[int], float], longest_s: float) -> Callable[[int], float]:
