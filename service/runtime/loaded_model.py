@@ -57,6 +57,7 @@ class LoadedModel:
         self.load_seconds: float | None = None
         self.self_check: SelfCheckReport | None = None  # None until checked (or its golden file is broken)
         self.warmup_seconds: dict[int, float] = {}  # batch size -> seconds, timed by the last warmup
+        self.solo_warmup_seconds: float | None = None  # one image on the solo graph, if the backend has one
         self._leases = 0
         self._retired = False
         self._unleased = asyncio.Event()
@@ -94,6 +95,13 @@ class LoadedModel:
     def run_batch(self, items: list[BatchItem]) -> list[Outputs | Failed]:
         """The batcher's work function (inference thread): B images [H, W, 3] -> B output dicts. A lazy
         item is made here first; one that fails to is answered with its error (`Failed`), alone."""
+        return self._run(items, solo=False)
+
+    def run_solo(self, items: list[BatchItem]) -> list[Outputs | Failed]:
+        """`run_batch` for one image on the backend's solo graph (`Backend.solo`)."""
+        return self._run(items, solo=True)
+
+    def _run(self, items: list[BatchItem], solo: bool) -> list[Outputs | Failed]:
         assert self.backend is not None
         results: list[Outputs | Failed | None] = [None] * len(items)
         images: list[np.ndarray] = []
@@ -109,7 +117,8 @@ class LoadedModel:
                     continue
             rows.append(index)
         if images:
-            outputs = self.backend.infer(np.stack(images))  # B x (H, W, 3) -> (B, H, W, 3)
+            batch = np.stack(images)  # B x (H, W, 3) -> (B, H, W, 3)
+            outputs = self.backend.infer(batch, solo=True) if solo else self.backend.infer(batch)
             for row, index in enumerate(rows):
                 results[index] = {name: value[row] for name, value in outputs.items()}
         return [result for result in results if result is not None]
@@ -184,7 +193,8 @@ class LoadedModel:
         """Run a batch of 1, a full batch and every static-shape batch size of black images on every stream
         of the runtime (a backend hands out its infer requests in turn): first runs allocate memory and pick
         kernels, so the memory a model holds is reached before it reports ready. Then time one more batch of
-        each of those sizes: ``warmup_seconds``, the batcher's first batch times (`BatchTimeModel.seed`)."""
+        each of those sizes: ``warmup_seconds``, the batcher's first batch times (`BatchTimeModel.seed`).
+        The same for one image on the solo graph, if the backend has one: ``solo_warmup_seconds``."""
         assert self.backend is not None
         spec = self.manifest.input
         limit = self.batching.max_batch_size
@@ -200,3 +210,10 @@ class LoadedModel:
             self.backend.infer(images)
             timed[size] = time.perf_counter() - started
         self.warmup_seconds = timed
+        self.solo_warmup_seconds = None
+        if self.backend.solo:
+            image = np.zeros((1, spec.height, spec.width, 3), dtype=np.uint8)
+            self.backend.infer(image, solo=True)
+            started = time.perf_counter()
+            self.backend.infer(image, solo=True)
+            self.solo_warmup_seconds = time.perf_counter() - started

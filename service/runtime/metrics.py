@@ -84,6 +84,9 @@ class ModelMetrics:
     def inference(self, seconds: float) -> None:
         self.stage("inference", seconds)
 
+    def solo_batch(self) -> None:
+        self._parent.solo_batches.labels(model=self.model).inc()
+
     def model_loaded(self, seconds: float) -> None:
         self._parent.model_load_seconds.labels(model=self.model).observe(seconds)
         self._parent.measure_memory_baseline()
@@ -150,6 +153,12 @@ class ServiceMetrics:
         )
         self.batches = Counter(
             "detect_batches", "Inference batches by why they closed", ["model", "reason"], registry=r
+        )
+        self.solo_batches = Counter(
+            "detect_solo_batches",
+            "Lone requests run on the solo graph (one image on every thread, DETECT_OPENVINO_SOLO_GRAPH)",
+            ["model"],
+            registry=r,
         )
         self.queue_depth = Gauge(
             "detect_queue_depth", "Images waiting to start inference", ["model"], registry=r

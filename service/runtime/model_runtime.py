@@ -163,8 +163,11 @@ class ModelRuntime:
                 workers=model.backend.streams,
                 stream_batch_size=self.settings.stream_batch_size,
                 fit_predicts_sizes=model.backend.linear_batch_times,
+                run_solo=model.run_solo if model.backend.solo else None,
             )
             model.batcher.batch_times.seed(model.warmup_seconds)
+            if model.batcher.solo_batch_times is not None and model.solo_warmup_seconds is not None:
+                model.batcher.solo_batch_times.seed({1: model.solo_warmup_seconds})
             model.batcher.start()
             model.state = "ready"
             model.load_seconds = time.monotonic() - started

@@ -46,6 +46,9 @@ class Backend(ABC):
         self.streams: int = 1
         # Batch sizes with a graph of their own (OpenVINO's static shapes); warmup runs each of them.
         self.static_batch_sizes: tuple[int, ...] = ()
+        # A graph of its own for a lone image on every thread, beside the streams (OpenVINO with streams > 1):
+        # `infer(..., solo=True)` runs it (`service.runtime.batching.worker_pool`, "solo").
+        self.solo: bool = False
         # Floating-point precision the runtime computes in (f32 | f16 | bf16; for an INT8 artifact, that of
         # the layers left unquantized). Runtimes that can change it set what they read back.
         self.inference_precision: str = _FLOAT_PRECISION.get(manifest.precision, manifest.precision)
@@ -67,11 +70,16 @@ class Backend(ABC):
         """Run the graph on ``inputs`` (already in the graph's layout and dtype) and return every
         output named in ``manifest.outputs``, batch-first."""
 
+    def _run_solo(self, inputs: np.ndarray) -> dict[str, np.ndarray]:
+        """`_run` on the solo graph; only a backend that sets `solo` has one."""
+        raise BackendError(f"{self.description} has no solo graph")
+
     def close(self) -> None:  # noqa: B027 - optional hook; most runtimes free memory when collected
         """Release runtime resources; the backend is unusable afterwards."""
 
-    def infer(self, images: np.ndarray) -> dict[str, np.ndarray]:
-        """Run ``images`` (uint8 [B, H, W, 3] RGB at the manifest's input size, 1 <= B <= max_batch_size).
+    def infer(self, images: np.ndarray, *, solo: bool = False) -> dict[str, np.ndarray]:
+        """Run ``images`` (uint8 [B, H, W, 3] RGB at the manifest's input size, 1 <= B <= max_batch_size);
+        with ``solo``, one image on the solo graph (the backend must have one: `solo`).
 
         Returns the output contract for exactly B images. Raises `ValueError` for a bad input (a caller
         bug) and `BackendError` when the graph fails or its outputs break the contract.
@@ -85,6 +93,8 @@ class Backend(ABC):
                 f"images must have shape [B, {spec.height}, {spec.width}, 3], got {images.shape}"
             )
         batch = images.shape[0]
+        if solo and (not self.solo or batch != 1):
+            raise ValueError(f"the solo graph runs one image on a backend that has one, not {batch}")
         if not 1 <= batch <= self.max_batch_size:
             raise ValueError(f"batch of {batch} images; this artifact accepts 1..{self.max_batch_size}")
         if not self.dynamic_batch and batch < self.max_batch_size:
@@ -92,7 +102,8 @@ class Backend(ABC):
             pad = np.zeros((self.max_batch_size - batch, *expected), dtype=np.uint8)
             images = np.concatenate([images, pad])
         try:
-            outputs = self._run(self._to_graph_input(images))
+            graph_input = self._to_graph_input(images)
+            outputs = self._run_solo(graph_input) if solo else self._run(graph_input)
         except BackendError:
             raise
         except Exception as exc:

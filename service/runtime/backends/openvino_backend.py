@@ -130,7 +130,9 @@ class OpenVinoBackend(Backend):
     it from one thread, and batches carry the parallelism. With ``streams`` N > 1 OpenVINO splits its
     threads into N streams that run N infer requests side by side, one per batch worker; on few cores a
     small model uses them better that way (docs/cpu-inference.md, "Inference streams"), at the cost of a
-    lone request's latency. ``threads`` of 0 keeps OpenVINO's default (one per physical core).
+    lone request's latency. With ``solo`` (and ``streams`` > 1) it also compiles a graph for one image on
+    one stream of every thread, which the batcher runs a lone request on while the streams are idle
+    (`Backend.solo`). ``threads`` of 0 keeps OpenVINO's default (one per physical core).
     """
 
     def __init__(
@@ -143,6 +145,7 @@ class OpenVinoBackend(Backend):
         cache_dir: Path | None = None,
         streams: int = 1,
         static_batch_sizes: tuple[int, ...] = (),
+        solo: bool = False,
     ):
         super().__init__(manifest)
         try:
@@ -179,6 +182,12 @@ class OpenVinoBackend(Backend):
         # "Static batch shapes").
         static = {size: self._compile_static(core, model_path, size, config) for size in static_batch_sizes}
         self.static_batch_sizes = tuple(sorted(static))
+        self._solo_requests: _RequestPool | None = None
+        if solo and self.streams > 1 and self.dynamic_batch:  # a fixed-batch artifact has one shape only
+            solo_config = {**config, "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1}
+            solo_graph = self._compile_static(core, model_path, 1, solo_config, streams=1)
+            self._solo_requests = _RequestPool(solo_graph, 1, self.manifest.outputs)
+            self.solo = True
         self.load_seconds = time.perf_counter() - started
         # One request pool per graph; a batch runs on its size's static graph, or else the dynamic one.
         self._requests: dict[int | None, _RequestPool] | None = {
@@ -186,26 +195,30 @@ class OpenVinoBackend(Backend):
             for size, compiled in [(None, self._compiled), *static.items()]
         }
         logger.info(
-            "openvino %s: %s loaded in %.2fs (%s, %d stream%s, static batch sizes %s, compile cache %s)",
+            "openvino %s: %s loaded in %.2fs (%s, %d stream%s%s, static batch sizes %s, compile cache %s)",
             self._version,
             model_path,
             self.load_seconds,
             self.inference_precision,
             self.streams,
             "" if self.streams == 1 else "s",
+            " and a solo graph" if self.solo else "",
             ",".join(map(str, self.static_batch_sizes)) or "none",
             self.cache_dir or "off",
         )
 
-    def _compile_static(self, core: Any, model_path: Path, size: int, config: dict[str, Any]) -> Any:
-        """The artifact compiled with its batch dimension fixed at ``size`` (same settings otherwise)."""
+    def _compile_static(
+        self, core: Any, model_path: Path, size: int, config: dict[str, Any], streams: int | None = None
+    ) -> Any:
+        """The artifact compiled with its batch dimension fixed at ``size`` (with ``config``), checked to run
+        ``streams`` streams (default: the dynamic graph's)."""
         try:
             compiled = core.compile_model(read_with_batch_size(core, model_path, size), "CPU", config)
         except Exception as exc:
             raise BackendLoadError(
                 f"{model_path}: openvino cannot compile it at batch size {size}: {exc}"
             ) from exc
-        if int(compiled.get_property("NUM_STREAMS")) != self.streams:
+        if int(compiled.get_property("NUM_STREAMS")) != (streams or self.streams):
             raise BackendLoadError(f"{model_path}: the batch-{size} graph got a different number of streams")
         return compiled
 
@@ -232,8 +245,14 @@ class OpenVinoBackend(Backend):
             raise BackendError("the model was unloaded")
         return pools.get(len(inputs), pools[None]).infer(inputs)
 
+    def _run_solo(self, inputs: np.ndarray) -> dict[str, np.ndarray]:
+        if self._solo_requests is None:
+            raise BackendError("the model was unloaded" if self._requests is None else "no solo graph")
+        return self._solo_requests.infer(inputs)
+
     def close(self) -> None:
         self._requests = None
+        self._solo_requests = None
         self._compiled = None
 
 

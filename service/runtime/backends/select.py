@@ -148,6 +148,7 @@ def create_backend(entry: ModelEntry, settings: Settings) -> Backend:
             cache_dir=settings.openvino_cache_dir,
             streams=settings.openvino_streams,
             static_batch_sizes=_static_batch_sizes(entry, settings),
+            solo=settings.openvino_solo_graph,
         )
     from service.runtime.backends.onnxruntime_backend import OnnxRuntimeBackend
 

@@ -290,3 +290,22 @@ def pool_share(
         floor = keep_up_size(rate_per_worker, max_batch_size or waiting, cost)
         best = max(best, max(k for k in sizes if k <= floor))
     return best
+
+
+def solo_pays(stream_lone_s: float, solo_lone_s: float, solo_s: float, rate: float) -> bool:
+    """Whether a lone request runs on the solo graph (one image on every thread) rather than on one idle
+    stream of a pool (`service.runtime.batching.worker_pool`, "Solo").
+
+    On the solo graph it takes ``solo_s`` (that graph's time lately) where one stream would take
+    ``stream_lone_s / solo_lone_s`` times as long (the warmup's times of one image on each, alone), so it
+    saves the difference. Meanwhile the streams wait: each request that arrives while it runs (``rate *
+    solo_s`` of them on average, at ``rate`` per second) waits ``solo_s / 2`` on average where a free
+    stream would have started it at once, and the streams then start behind by as much again. It pays
+    while that loss, ``rate * solo_s * solo_s``, is below the saving: at low load only (measured, solo
+    batches at 0.6 of the default model's capacity raised the p99 by a fifth: docs/batching.md, "The solo
+    graph"), and never where the solo graph is not the faster one.
+    """
+    if not 0 < solo_lone_s < stream_lone_s or solo_s <= 0:
+        return False
+    saved = solo_s * (stream_lone_s / solo_lone_s - 1.0)
+    return rate * solo_s * solo_s < saved

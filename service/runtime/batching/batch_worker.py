@@ -37,6 +37,7 @@ class BatcherMetrics(Protocol):
     def queue_wait(self, seconds: float) -> None: ...
     def queue_depth(self, depth: int) -> None: ...
     def inference(self, seconds: float) -> None: ...
+    def solo_batch(self) -> None: ...
 
 
 class NoMetrics:
@@ -52,6 +53,9 @@ class NoMetrics:
         pass
 
     def inference(self, seconds: float) -> None:
+        pass
+
+    def solo_batch(self) -> None:
         pass
 
 

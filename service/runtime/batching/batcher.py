@@ -23,7 +23,8 @@ thread (two thread wake-ups fewer for a lone request).
 The batcher knows nothing about models: it batches opaque items through ``run_batch``, which its
 `service.runtime.batching.batch_worker.BatchWorker` runs (one, or a
 `service.runtime.batching.worker_pool.WorkerPool` of them side by side when the runtime runs several
-inferences at once).
+inferences at once), and a solo worker beside them when the runtime has a graph for a lone image on every
+thread: ``run_solo``).
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ class DynamicBatcher(Generic[In, Out]):
         workers: int = 1,
         stream_batch_size: int | None = None,
         fit_predicts_sizes: bool = True,
+        run_solo: Callable[[list[In]], Sequence[Out | Failed]] | None = None,
     ):
         if not isinstance(max_batch_size, int) or max_batch_size < 1:
             raise ValueError(f"max_batch_size must be an integer >= 1, got {max_batch_size!r}")
@@ -106,8 +108,11 @@ class DynamicBatcher(Generic[In, Out]):
             self._changed.set,
             count=workers,
             fit_predicts_sizes=fit_predicts_sizes,
+            run_solo=run_solo,
         )
         self.batch_times = self._worker.batch_times
+        # The solo worker's batch times (None: no solo graph); seeded with its warmup time like the pool's.
+        self.solo_batch_times = self._worker.solo.batch_times if self._worker.solo is not None else None
         self._rules = CloseRules(
             self._worker,
             policy=policy,
@@ -319,8 +324,18 @@ class DynamicBatcher(Generic[In, Out]):
                 continue
             self._dispatching = live  # if anything below fails, the loop's death handler fails these
             self._metrics.batch_closed(len(live), reason)
-            self._worker.dispatch(live, inline=self._runs_inline(live))
+            solo = self._runs_solo(live)
+            if solo:
+                self._metrics.solo_batch()
+            self._worker.dispatch(live, inline=self._runs_inline(live), solo=solo)
             self._dispatching = []
+
+    def _runs_solo(self, batch: list[Pending[In, Out]]) -> bool:
+        """Run ``batch`` on the solo graph: one interactive request, nothing else waiting, and the pool
+        says it pays now (`WorkerPool.solo_now`)."""
+        if len(batch) != 1 or batch[0].background or self.queue_depth > 0:
+            return False
+        return self._worker.solo_now(self._rules.arrivals.rate(time.monotonic()))
 
     def _runs_inline(self, batch: list[Pending[In, Out]]) -> bool:
         """Run ``batch`` on the event loop: nothing else waits for this model or runs in the service, and

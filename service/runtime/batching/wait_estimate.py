@@ -96,6 +96,10 @@ class BatchTimeModel:
         (`SIZE_MIN_RUNS`), or the warmup timed it (`seed`)."""
         return self._runs.get(size, 0) >= SIZE_MIN_RUNS or size in self._seed_by_size
 
+    def seeded(self, size: int) -> float | None:
+        """The warmup's time for ``size`` (`seed`), or None."""
+        return self._seed_by_size.get(size)
+
     def size_seconds(self, size: int) -> float:
         """Time of a batch of ``size`` as measured for that size lately; before it has run
         `SIZE_MIN_RUNS` times, its warmup time (`seed`), else the linear fit."""

@@ -5,6 +5,11 @@ stream a share of the cores, no barrier between them) gets one `BatchWorker` per
 treats the pool like one worker that is idle while any member is: a closed batch goes to the first idle
 member. All members share one batch-time model, fitted on batches timed while the others ran too, so
 its estimates describe the pool as it runs under load.
+
+Solo: a runtime that also has a graph for one image on every thread (`Backend.solo`) gets one more worker
+for it. A lone interactive request that finds every member idle runs there (`dispatch(..., solo=True)`)
+when `batch_close.solo_pays`: it finishes sooner than on one stream, and the members wait while it runs
+(both graphs on the cores at once would slow both), so the pool is idle only once it is done.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
-from service.runtime.batching.batch_close import KEEP_UP_HEADROOM, dispatch_size, pool_share
+from service.runtime.batching.batch_close import KEEP_UP_HEADROOM, dispatch_size, pool_share, solo_pays
 from service.runtime.batching.batch_worker import BatcherMetrics, BatchWorker, Failed, Pending
 from service.runtime.batching.wait_estimate import BatchTimeModel
 
@@ -34,6 +39,7 @@ class WorkerPool(Generic[In, Out]):
         on_idle: Callable[[], None],
         count: int = 1,
         fit_predicts_sizes: bool = True,
+        run_solo: Callable[[list[In]], Sequence[Out | Failed]] | None = None,
     ) -> None:
         if not isinstance(count, int) or count < 1:
             raise ValueError(f"a worker pool needs at least one worker, got {count!r}")
@@ -44,23 +50,34 @@ class WorkerPool(Generic[In, Out]):
             BatchWorker(name, run_batch, metrics, on_idle, batch_times=self.batch_times, thread=f"{i}")
             for i in range(count)
         ]
+        # One image on every thread (a runtime's solo graph), while the members wait; its own batch times.
+        self.solo: BatchWorker[In, Out] | None = None
+        if run_solo is not None and count > 1:
+            self.solo = BatchWorker(name, run_solo, metrics, on_idle, thread="solo")
+
+    @property
+    def _solo_running(self) -> bool:
+        return self.solo is not None and not self.solo.idle
 
     @property
     def idle(self) -> bool:
-        """A member is free: a batch closed now starts at once."""
-        return any(w.idle for w in self.workers)
+        """A member is free (and the solo worker is not running): a batch closed now starts at once."""
+        return not self._solo_running and any(w.idle for w in self.workers)
 
     @property
     def all_idle(self) -> bool:
-        return all(w.idle for w in self.workers)
+        return not self._solo_running and all(w.idle for w in self.workers)
 
     @property
     def running_images(self) -> int:
-        return sum(w.running_size for w in self.workers)
+        return sum(w.running_size for w in self.workers) + (self.solo.running_size if self.solo else 0)
 
     def next_free(self) -> tuple[int, float]:
         """``(running_size, running_since)`` of the member that should free up first; ``(0, 0.0)`` when
-        one is idle already."""
+        one is idle already. While the solo worker runs, its batch (timed as a member's, a bound from
+        above)."""
+        if self.solo is not None and not self.solo.idle:
+            return self.solo.running_size, self.solo.running_since
         if self.idle:
             return 0, 0.0
         soonest = min(self.workers, key=self._finishes_at)
@@ -119,19 +136,42 @@ class WorkerPool(Generic[In, Out]):
         )
 
     def next_idle(self) -> BatchWorker[In, Out] | None:
-        """The member the next batch goes to (None: all busy)."""
+        """The member the next batch goes to (None: all busy, or the solo worker running)."""
+        if self._solo_running:
+            return None
         return next((w for w in self.workers if w.idle), None)
 
-    def dispatch(self, batch: list[Pending[In, Out]], inline: bool = False) -> None:
-        """Start ``batch`` on the first idle member (one must be idle)."""
+    def solo_now(self, rate: float) -> bool:
+        """Whether a lone request closed now, at an arrival ``rate`` per second, runs on the solo worker:
+        there is one, every member is idle, and it pays (`batch_close.solo_pays`, from the warmup's times
+        of one image on a stream and on the solo graph and the solo graph's time lately)."""
+        if self.solo is None or not self.all_idle:
+            return False
+        stream_lone = self.batch_times.seeded(1)
+        solo_lone = self.solo.batch_times.seeded(1)
+        if stream_lone is None or solo_lone is None:
+            return False
+        return solo_pays(stream_lone, solo_lone, self.solo.batch_times.size_seconds(1), rate)
+
+    def dispatch(self, batch: list[Pending[In, Out]], inline: bool = False, solo: bool = False) -> None:
+        """Start ``batch`` on the first idle member (one must be idle), or with ``solo`` (a batch of one,
+        every member idle) on the solo worker."""
+        if solo:
+            if self.solo is None or len(batch) != 1 or not self.all_idle:
+                raise RuntimeError("a solo batch needs the solo worker, one request and an idle pool")
+            self.solo.dispatch(batch, inline=inline)
+            return
         worker = self.next_idle()
         if worker is None:
             raise RuntimeError("dispatch with every worker busy")
         worker.dispatch(batch, inline=inline)
 
+    def _all_workers(self) -> list[BatchWorker[In, Out]]:
+        return [*self.workers, *([self.solo] if self.solo is not None else [])]
+
     def running_tasks(self) -> list[asyncio.Task[None]]:
-        return [w.task for w in self.workers if w.task is not None and not w.task.done()]
+        return [w.task for w in self._all_workers() if w.task is not None and not w.task.done()]
 
     def shutdown(self) -> None:
-        for worker in self.workers:
+        for worker in self._all_workers():
             worker.shutdown()

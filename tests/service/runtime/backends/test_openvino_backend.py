@@ -18,9 +18,10 @@ from service_testkit import PROJECT, add_toy_model
 
 from contract.manifest import Manifest
 from service.errors import BackendError
-from service.runtime.backends import BackendLoadError, create_backend, load_artifact, resolve_backend
+from service.runtime.backends import Backend, BackendLoadError, create_backend, load_artifact, resolve_backend
 from service.runtime.backends.onnxruntime_backend import OnnxRuntimeBackend
 from service.runtime.backends.openvino_backend import OpenVinoBackend, hint_for_cpu, precision_hint_for
+from service.runtime.loaded_model import LoadedModel
 from service.runtime.repository import RepositoryError, scan_repository
 from service.settings import Settings
 
@@ -429,3 +430,55 @@ def test_which_static_batch_sizes_a_model_gets(
 def test_warmup_runs_the_static_batch_sizes_too(tmp_path: Path) -> None:
     static = settings(tmp_path, openvino_static_batch_sizes="1,2")
     assert warmup_batch_sizes(tmp_path, static) == [1, 1, 2, 2, 4, 4]
+
+
+def test_with_streams_a_solo_graph_answers_one_image_as_onnxruntime_does(tmp_path: Path) -> None:
+    """DETECT_OPENVINO_SOLO_GRAPH (on by default) with two streams: one more graph, for one image on one
+    stream of every thread, whose answers equal ONNX Runtime's; it takes one image only. The warmup runs
+    and times it too."""
+    openvino, onnxruntime = pair(
+        add_toy_model(tmp_path / "repo", "toy"), tmp_path, openvino_streams=2, intra_op_threads=2
+    )
+    assert openvino.solo and openvino.streams == 2
+    rng = np.random.default_rng(11)
+    for _ in range(3):
+        image = rng.integers(0, 256, (1, 64, 64, 3), dtype=np.uint8)
+        assert_same_outputs(openvino.infer(image, solo=True), onnxruntime.infer(image), atol=1e-5)
+    with pytest.raises(ValueError, match="solo graph runs one image"):
+        openvino.infer(np.zeros((2, 64, 64, 3), np.uint8), solo=True)
+    model = warmed_up(tmp_path, openvino)
+    assert model.solo_warmup_seconds is not None and model.solo_warmup_seconds > 0
+    openvino.close()
+    with pytest.raises(BackendError, match="unloaded"):
+        openvino.infer(np.zeros((1, 64, 64, 3), np.uint8), solo=True)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "toy"),
+    [
+        ({}, {}),  # one stream already runs a lone image on every thread
+        ({"openvino_streams": 2, "openvino_solo_graph": False}, {}),
+        ({"openvino_streams": 2}, {"batch": 4}),  # a fixed-batch artifact has one shape only
+    ],
+    ids=["one-stream", "setting-off", "fixed-batch"],
+)
+def test_no_solo_graph_where_it_has_no_use_or_is_off(
+    tmp_path: Path, overrides: dict[str, object], toy: dict[str, object]
+) -> None:
+    version_dir = add_toy_model(tmp_path / "repo", "toy", **toy)  # type: ignore[arg-type]
+    openvino = load_artifact(version_dir, "openvino", settings(tmp_path, intra_op_threads=2, **overrides))
+    assert not openvino.solo
+    with pytest.raises(ValueError, match="solo graph runs one image"):
+        openvino.infer(np.zeros((openvino.max_batch_size, 64, 64, 3), np.uint8)[:1], solo=True)
+    assert warmed_up(tmp_path, openvino).solo_warmup_seconds is None
+
+
+def warmed_up(tmp_path: Path, backend: Backend) -> LoadedModel:
+    """A `LoadedModel` of the toy model in ``tmp_path``'s repository on ``backend``, warmed up."""
+    from service.settings import BatchingConfig
+
+    (entry,) = scan_repository(tmp_path / "repo")
+    model = LoadedModel(entry, BatchingConfig(4, 0.005, 8), metrics=None)  # type: ignore[arg-type]
+    model.backend = backend
+    model.warmup()
+    return model

@@ -14,6 +14,7 @@ from service.runtime.batching.batch_close import (
     BatchState,
     close_reason,
     keep_up_size,
+    solo_pays,
     wait_s,
     worth_waiting,
 )
@@ -310,3 +311,21 @@ def test_on_a_pool_the_bound_keeps_batches_short_at_any_load() -> None:
     # Nor when they have fallen behind by both signals: a pool's bound never gives way.
     assert share(55.0, longest_s=0.025, waiting=8) == 1
     assert share(55.0, waiting=8) > 1  # without it, a batch
+
+
+@pytest.mark.parametrize(
+    ("stream_lone", "solo_lone", "solo_now", "rate", "pays"),
+    [
+        (0.017, 0.010, 0.010, 10.0, True),  # saves 7 ms; ~0.1 requests held up, losing 10 ms each
+        (0.017, 0.010, 0.010, 69.0, True),  # just below where the held-up requests lose 7 ms
+        (0.017, 0.010, 0.010, 71.0, False),
+        (0.017, 0.010, 0.020, 30.0, True),  # real images take twice the warmup's: saves 14 ms, loses 12
+        (0.017, 0.010, 0.020, 40.0, False),  # ... loses 16
+        (0.010, 0.012, 0.012, 0.0, False),  # a solo graph slower than one stream never pays
+        (0.017, 0.0, 0.010, 0.0, False),  # no warmup time for the solo graph
+    ],
+)
+def test_the_solo_graph_pays_while_the_requests_it_holds_up_lose_less_than_it_saves(
+    stream_lone: float, solo_lone: float, solo_now: float, rate: float, pays: bool
+) -> None:
+    assert solo_pays(stream_lone, solo_lone, solo_now, rate) is pays

@@ -32,6 +32,7 @@ class RecordingMetrics:
         self.waits: list[float] = []
         self.depths: list[int] = []
         self.inferences: list[float] = []
+        self.solo_batches = 0
 
     def batch_closed(self, size: int, reason: str) -> None:
         self.batches.append((size, reason))
@@ -44,6 +45,9 @@ class RecordingMetrics:
 
     def inference(self, seconds: float) -> None:
         self.inferences.append(seconds)
+
+    def solo_batch(self) -> None:
+        self.solo_batches += 1
 
 
 class Worker:

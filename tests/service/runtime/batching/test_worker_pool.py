@@ -238,3 +238,111 @@ def test_on_a_pool_a_batch_past_a_quarter_of_the_latency_budget_runs_only_stream
     assert rules.share(4, now) == 1  # 26 ms is past 25: one request on each free stream
     assert rules.share(4, now, frames_only=True) == 2  # frames alone: the split that serves them best
     pool.shutdown()
+
+
+def test_a_solo_batch_holds_every_member_until_it_ends() -> None:
+    """The solo worker (a runtime's graph for one image on every thread) runs one request while the pool
+    is otherwise idle; meanwhile no member takes a batch, and the pool waits for it like a running one."""
+
+    async def scenario() -> None:
+        release = threading.Event()
+
+        def run_batch(items: list[int]) -> Sequence[int]:
+            return items
+
+        def run_solo(items: list[int]) -> Sequence[int]:
+            release.wait(5)
+            return [-i for i in items]
+
+        changed = asyncio.Event()
+        pool: WorkerPool[int, int] = WorkerPool(
+            "m", run_batch, NoMetrics(), changed.set, count=2, run_solo=run_solo
+        )
+        assert pool.solo is not None and pool.solo.batch_times is not pool.batch_times
+        loop = asyncio.get_running_loop()
+        lone = [Pending(7, loop.create_future(), time.monotonic(), math.inf)]
+        pool.dispatch(lone, solo=True)
+        assert not pool.idle and not pool.all_idle and pool.next_idle() is None
+        assert pool.running_images == 1 and pool.next_free()[0] == 1
+        with pytest.raises(RuntimeError, match="idle pool"):
+            pool.dispatch([Pending(8, loop.create_future(), time.monotonic(), math.inf)], solo=True)
+        release.set()
+        assert await asyncio.wait_for(lone[0].future, 5) == -7
+        for _ in range(100):
+            if pool.all_idle:
+                break
+            await asyncio.sleep(0.01)
+        assert pool.all_idle and pool.solo.batch_times.known and not pool.batch_times.known
+        pool.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_the_pool_goes_solo_only_when_idle_with_both_warmup_times_and_at_a_rate_it_pays() -> None:
+    pool: WorkerPool[int, int] = WorkerPool("m", list, NoMetrics(), lambda: None, count=2, run_solo=list)
+    assert pool.solo is not None
+    assert not pool.solo_now(rate=1.0)  # no warmup times yet
+    pool.batch_times.seed({1: 0.017})
+    pool.solo.batch_times.seed({1: 0.010})
+    assert pool.solo_now(rate=1.0)
+    assert not pool.solo_now(rate=500.0)  # the requests it would hold up lose more than it saves
+    pool.workers[0].idle = False  # a member runs a batch
+    assert not pool.solo_now(rate=1.0)
+    one: WorkerPool[int, int] = WorkerPool("m", list, NoMetrics(), lambda: None, count=1, run_solo=list)
+    assert one.solo is None and not one.solo_now(rate=1.0)  # one worker already has every thread
+    pool.shutdown()
+    one.shutdown()
+
+
+def test_the_batcher_runs_a_lone_request_solo_and_concurrent_ones_on_the_streams() -> None:
+    async def scenario() -> None:
+        solo_release = threading.Event()
+
+        def run_batch(items: list[int]) -> Sequence[tuple[str, int]]:
+            return [("stream", i) for i in items]
+
+        def run_solo(items: list[int]) -> Sequence[tuple[str, int]]:
+            solo_release.wait(5)
+            return [("solo", i) for i in items]
+
+        metrics = _CountingSolo()
+        batcher: DynamicBatcher[int, tuple[str, int]] = DynamicBatcher(
+            "m", run_batch, max_batch_size=1, max_queue_delay_s=0, max_queue_size=8, metrics=metrics,
+            dispatch_when_idle=True, policy="adaptive", workers=2, run_solo=run_solo,
+        )  # fmt: skip
+        assert batcher.solo_batch_times is not None
+        # The solo graph far faster than a stream: it pays at any rate these requests arrive at.
+        batcher.batch_times.seed({1: 1.0})
+        batcher.solo_batch_times.seed({1: 0.001})
+        batcher.start()
+        try:
+            solo_release.set()
+            assert await batcher.submit(1) == ("solo", 1)
+            # Three at once: the first two start with others waiting, so on the streams (the third runs
+            # solo only if both streams are done by the time it starts).
+            together = await asyncio.gather(*(batcher.submit(i) for i in (2, 3, 4)))
+            assert [where for where, _ in together][:2] == ["stream", "stream"]
+            assert [i for _, i in together] == [2, 3, 4]
+            # One that arrives while a solo batch runs waits for it (the streams are held), then runs.
+            solo_release.clear()
+            first = asyncio.ensure_future(batcher.submit(5))
+            await asyncio.sleep(0.05)
+            second = asyncio.ensure_future(batcher.submit(6))
+            await asyncio.sleep(0.05)
+            assert not first.done() and not second.done() and batcher.queue_depth == 1
+            solo_release.set()
+            assert await asyncio.wait_for(first, 5) == ("solo", 5)
+            assert (await asyncio.wait_for(second, 5))[1] == 6
+            assert metrics.solo >= 2
+        finally:
+            await batcher.stop(timeout=5)
+
+    asyncio.run(scenario())
+
+
+class _CountingSolo(NoMetrics):
+    def __init__(self) -> None:
+        self.solo = 0
+
+    def solo_batch(self) -> None:
+        self.solo += 1
