@@ -4,12 +4,15 @@ thread) and with one caller alone (a lone request's latency).
 
     .venv/bin/python scripts/profiling/probe_openvino_streams.py models/efficientdet-d0-synth-int8/1 \
         [--streams 2] \
-        [--rounds 2] [--seconds 4]
+        [--rounds 2] [--seconds 4] [--solo]
 
 Prints img/s per configuration and round, interleaved, on random uint8 inputs of the manifest's size.
 With ``--memory``, instead: the process's RSS after compiling, after a warmup at batch 1 and 8 on every
 infer request, and after three passes of every batch size 1-8 at random (60 calls per request per pass),
 for one stream or ``--streams`` (run once per setting: each in its own process).
+With ``--solo``, instead: the solo graph (`DETECT_OPENVINO_SOLO_GRAPH`: one stream on every thread, beside
+the streams) against one image on a stream, alone (back to back, and 20 ms apart as sparse arrivals leave
+them), right after a burst on the streams, and while a stream runs another image (median ms per image).
 What `DETECT_OPENVINO_STREAMS` does in the service is measured end to end by
 `scripts/bench/bench_server_scenario.py` (docs/cpu-inference.md, "Inference streams").
 """
@@ -19,8 +22,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -93,6 +98,63 @@ def memory_growth(compiled: ov.CompiledModel, streams: int, shape: tuple[int, in
         print(f"after pass {index} of random batch sizes 1-8: {rss_mb():.0f} MB", flush=True)
 
 
+def median_ms(call: Callable[[], object], times: int, gap_s: float = 0.0) -> float:
+    taken = []
+    for _ in range(times):
+        started = time.perf_counter()
+        call()
+        taken.append((time.perf_counter() - started) * 1e3)
+        time.sleep(gap_s)
+    return statistics.median(taken)
+
+
+def solo_against_streams(
+    core: ov.Core, graph: Path, size: tuple[int, int], streams: int, threads: int
+) -> None:
+    """One round of the ``--solo`` figures (printed)."""
+    pool = compile_model(core, graph, size, streams, threads)
+    solo = compile_model(core, graph, size, 1, threads)
+    x = {0: np.random.default_rng(0).integers(0, 256, (1, *size, 3), dtype=np.uint8)}
+    solo_request, *stream_requests = [solo.create_infer_request()] + [
+        pool.create_infer_request() for _ in range(streams)
+    ]
+    for request in [solo_request, *stream_requests]:
+        for _ in range(5):
+            request.infer(x)
+
+    def after_burst() -> None:
+        burst = [threading.Thread(target=lambda r=r: [r.infer(x) for _ in range(3)]) for r in stream_requests]
+        for thread in burst:
+            thread.start()
+        for thread in burst:
+            thread.join()
+
+    beside: list[float] = []
+
+    def overlapped() -> None:
+        other = threading.Thread(target=lambda: stream_requests[0].infer(x))
+        other.start()
+        beside.append(median_ms(lambda: solo_request.infer(x), 1))
+        other.join()
+
+    figures = {
+        "solo, back to back": median_ms(lambda: solo_request.infer(x), 200),
+        "stream, back to back": median_ms(lambda: stream_requests[0].infer(x), 200),
+        "solo, 20 ms apart": median_ms(lambda: solo_request.infer(x), 100, 0.02),
+        "stream, 20 ms apart": median_ms(lambda: stream_requests[0].infer(x), 100, 0.02),
+    }
+    solo_after = []
+    for _ in range(50):
+        after_burst()
+        solo_after.append(median_ms(lambda: solo_request.infer(x), 1))
+    figures["solo, right after a burst on the streams"] = statistics.median(solo_after)
+    for _ in range(50):
+        overlapped()
+    figures["solo, beside a stream's image"] = statistics.median(beside)
+    shown = {key: round(value, 1) for key, value in figures.items()}
+    print(f"ms per image {shown}  load {os.getloadavg()[0]:.1f}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -103,10 +165,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--memory", choices=("one", "streams"), help="RSS growth of one setting instead")
+    parser.add_argument("--solo", action="store_true", help="the solo graph against a stream instead")
     args = parser.parse_args()
     manifest = json.loads((args.artifact / "manifest.json").read_text())
     size = (manifest["input"]["height"], manifest["input"]["width"])
     core = ov.Core()
+    if args.solo:
+        for _ in range(args.rounds):
+            solo_against_streams(core, args.artifact / manifest["file"], size, args.streams, args.threads)
+        return
     if args.memory:
         streams = 1 if args.memory == "one" else args.streams
         graph = args.artifact / manifest["file"]

@@ -292,20 +292,47 @@ def pool_share(
     return best
 
 
-def solo_pays(stream_lone_s: float, solo_lone_s: float, solo_s: float, rate: float) -> bool:
+def solo_pays(
+    stream_lone_s: float, solo_lone_s: float, solo_s: float, rate: float, held_share: float = 1.0
+) -> bool:
     """Whether a lone request runs on the solo graph (one image on every thread) rather than on one idle
     stream of a pool (`service.runtime.batching.worker_pool`, "Solo").
 
-    On the solo graph it takes ``solo_s`` (that graph's time lately) where one stream would take
-    ``stream_lone_s / solo_lone_s`` times as long (the warmup's times of one image on each, alone), so it
-    saves the difference. Meanwhile the streams wait: each request that arrives while it runs (``rate *
-    solo_s`` of them on average, at ``rate`` per second) waits ``solo_s / 2`` on average where a free
-    stream would have started it at once, and the streams then start behind by as much again. It pays
-    while that loss, ``rate * solo_s * solo_s``, is below the saving: at low load only (measured, solo
-    batches at 0.6 of the default model's capacity raised the p99 by a fifth: docs/batching.md, "The solo
-    graph"), and never where the solo graph is not the faster one.
+    It saves ``stream_lone_s - solo_lone_s`` (the warmup's times of one image on a stream and on the solo
+    graph, alone; what the request does besides inference costs the same on both). Meanwhile the streams
+    wait: each request that arrives while it runs (``rate * solo_s`` of them under random arrivals at
+    ``rate`` per second, with ``solo_s`` the solo batch's time lately; ``held_share`` of that as measured:
+    `HeldUp`) waits ``solo_s / 2`` on average where a free stream would have started it at once, and the
+    streams then start behind by as much again. It pays while that loss, ``held_share * rate * solo_s**2``,
+    is below the saving: at low load, or whenever the clients wait for their answers (one at a time),
+    and never where the solo graph is not the faster one.
     """
     if not 0 < solo_lone_s < stream_lone_s or solo_s <= 0:
         return False
-    saved = solo_s * (stream_lone_s / solo_lone_s - 1.0)
-    return rate * solo_s * solo_s < saved
+    return held_share * rate * solo_s * solo_s < stream_lone_s - solo_lone_s
+
+
+class HeldUp:
+    """How many requests solo batches hold up, as a share of what random arrivals at the rate they ran at
+    would have sent meanwhile (moving averages over solo batches; 1 until one has run). A client that
+    sends its next request only once the answer is back never arrives during one (share 0); independent
+    clients do about as random arrivals would (share ~1)."""
+
+    def __init__(self, smoothing: int = RATE_SMOOTHING):
+        self._alpha = 2.0 / (smoothing + 1)
+        self._arrived: float | None = None
+        self._expected = 0.0
+
+    def ran(self, arrived: int, expected: float) -> None:
+        """A solo batch ended: ``arrived`` requests came while it ran, ``expected`` were due at the rate."""
+        if self._arrived is None:
+            self._arrived, self._expected = float(arrived), expected
+            return
+        self._arrived += self._alpha * (arrived - self._arrived)
+        self._expected += self._alpha * (expected - self._expected)
+
+    @property
+    def share(self) -> float:
+        if self._arrived is None or self._expected <= 0:
+            return 1.0
+        return self._arrived / self._expected

@@ -277,6 +277,7 @@ class DynamicBatcher(Generic[In, Out]):
         )
         self._waiting.append(pending)
         self._rules.arrivals.arrived(now)
+        self._worker.arrived()
         self._metrics.queue_depth(self.queue_depth)
         self._changed.set()
         try:
@@ -324,18 +325,19 @@ class DynamicBatcher(Generic[In, Out]):
                 continue
             self._dispatching = live  # if anything below fails, the loop's death handler fails these
             self._metrics.batch_closed(len(live), reason)
-            solo = self._runs_solo(live)
+            rate = self._rules.arrivals.rate(time.monotonic())
+            solo = self._runs_solo(live, rate)
             if solo:
                 self._metrics.solo_batch()
-            self._worker.dispatch(live, inline=self._runs_inline(live), solo=solo)
+            self._worker.dispatch(live, inline=self._runs_inline(live), solo=solo, rate=rate)
             self._dispatching = []
 
-    def _runs_solo(self, batch: list[Pending[In, Out]]) -> bool:
+    def _runs_solo(self, batch: list[Pending[In, Out]], rate: float) -> bool:
         """Run ``batch`` on the solo graph: one interactive request, nothing else waiting, and the pool
-        says it pays now (`WorkerPool.solo_now`)."""
+        says it pays at the arrival ``rate`` (`WorkerPool.solo_now`)."""
         if len(batch) != 1 or batch[0].background or self.queue_depth > 0:
             return False
-        return self._worker.solo_now(self._rules.arrivals.rate(time.monotonic()))
+        return self._worker.solo_now(rate)
 
     def _runs_inline(self, batch: list[Pending[In, Out]]) -> bool:
         """Run ``batch`` on the event loop: nothing else waits for this model or runs in the service, and

@@ -9,7 +9,9 @@ its estimates describe the pool as it runs under load.
 Solo: a runtime that also has a graph for one image on every thread (`Backend.solo`) gets one more worker
 for it. A lone interactive request that finds every member idle runs there (`dispatch(..., solo=True)`)
 when `batch_close.solo_pays`: it finishes sooner than on one stream, and the members wait while it runs
-(both graphs on the cores at once would slow both), so the pool is idle only once it is done.
+(both graphs on the cores at once would slow both), so the pool is idle only once it is done. What that
+costs depends on how the clients send: the pool counts the requests that arrive while a lone request
+runs (one that found the pool idle, on either graph: `arrived`, `batch_close.HeldUp`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
-from service.runtime.batching.batch_close import KEEP_UP_HEADROOM, dispatch_size, pool_share, solo_pays
+from service.runtime.batching.batch_close import (
+    KEEP_UP_HEADROOM,
+    HeldUp,
+    dispatch_size,
+    pool_share,
+    solo_pays,
+)
 from service.runtime.batching.batch_worker import BatcherMetrics, BatchWorker, Failed, Pending
 from service.runtime.batching.wait_estimate import BatchTimeModel
 
@@ -47,13 +55,33 @@ class WorkerPool(Generic[In, Out]):
         # False: a size the line through the batch times predicts is not trusted until it has run.
         self._measured = None if fit_predicts_sizes else self.batch_times.measured
         self.workers: list[BatchWorker[In, Out]] = [
-            BatchWorker(name, run_batch, metrics, on_idle, batch_times=self.batch_times, thread=f"{i}")
+            BatchWorker(name, run_batch, metrics, self._ended, batch_times=self.batch_times, thread=f"{i}")
             for i in range(count)
         ]
         # One image on every thread (a runtime's solo graph), while the members wait; its own batch times.
         self.solo: BatchWorker[In, Out] | None = None
         if run_solo is not None and count > 1:
-            self.solo = BatchWorker(name, run_solo, metrics, on_idle, thread="solo")
+            self.solo = BatchWorker(name, run_solo, metrics, self._ended, thread="solo")
+        self._on_idle = on_idle
+        # Requests that arrive while a lone request runs, against the arrival rate (`batch_close.HeldUp`).
+        self.held_up = HeldUp()
+        self._lone: BatchWorker[In, Out] | None = None  # the worker running a lone request, if any
+        self._lone_rate = 0.0  # the arrival rate when it started
+        self._lone_arrivals = 0
+
+    def arrived(self) -> None:
+        """A request arrived for this model (counted while a lone request runs)."""
+        if self._lone is not None:
+            self._lone_arrivals += 1
+
+    def _ended(self) -> None:
+        """A worker finished its batch: close the count of a lone request's run, then tell the batcher."""
+        lone = self._lone
+        if lone is not None and lone.idle:
+            elapsed = time.monotonic() - lone.running_since
+            self.held_up.ran(self._lone_arrivals, self._lone_rate * elapsed)
+            self._lone = None
+        self._on_idle()
 
     @property
     def _solo_running(self) -> bool:
@@ -144,26 +172,29 @@ class WorkerPool(Generic[In, Out]):
     def solo_now(self, rate: float) -> bool:
         """Whether a lone request closed now, at an arrival ``rate`` per second, runs on the solo worker:
         there is one, every member is idle, and it pays (`batch_close.solo_pays`, from the warmup's times
-        of one image on a stream and on the solo graph and the solo graph's time lately)."""
+        of one image on a stream and on the solo graph, the solo graph's time lately and the share of
+        arrivals solo batches held up)."""
         if self.solo is None or not self.all_idle:
             return False
         stream_lone = self.batch_times.seeded(1)
         solo_lone = self.solo.batch_times.seeded(1)
         if stream_lone is None or solo_lone is None:
             return False
-        return solo_pays(stream_lone, solo_lone, self.solo.batch_times.size_seconds(1), rate)
+        solo_s = self.solo.batch_times.size_seconds(1)
+        return solo_pays(stream_lone, solo_lone, solo_s, rate, self.held_up.share)
 
-    def dispatch(self, batch: list[Pending[In, Out]], inline: bool = False, solo: bool = False) -> None:
+    def dispatch(
+        self, batch: list[Pending[In, Out]], inline: bool = False, solo: bool = False, rate: float = 0.0
+    ) -> None:
         """Start ``batch`` on the first idle member (one must be idle), or with ``solo`` (a batch of one,
-        every member idle) on the solo worker."""
-        if solo:
-            if self.solo is None or len(batch) != 1 or not self.all_idle:
-                raise RuntimeError("a solo batch needs the solo worker, one request and an idle pool")
-            self.solo.dispatch(batch, inline=inline)
-            return
-        worker = self.next_idle()
+        every member idle) on the solo worker; ``rate``: the model's arrival rate now."""
+        worker = self.solo if solo else self.next_idle()
+        if solo and (worker is None or len(batch) != 1 or not self.all_idle):
+            raise RuntimeError("a solo batch needs the solo worker, one request and an idle pool")
         if worker is None:
             raise RuntimeError("dispatch with every worker busy")
+        if len(batch) == 1 and self.all_idle and len(self._all_workers()) > 1:
+            self._lone, self._lone_rate, self._lone_arrivals = worker, rate, 0
         worker.dispatch(batch, inline=inline)
 
     def _all_workers(self) -> list[BatchWorker[In, Out]]:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from service.runtime.batching.batch_close import solo_pays
 from service.runtime.batching.batch_worker import NoMetrics, Pending
 from service.runtime.batching.batcher import DynamicBatcher
 from service.runtime.batching.worker_pool import WorkerPool
@@ -261,7 +262,9 @@ def test_a_solo_batch_holds_every_member_until_it_ends() -> None:
         assert pool.solo is not None and pool.solo.batch_times is not pool.batch_times
         loop = asyncio.get_running_loop()
         lone = [Pending(7, loop.create_future(), time.monotonic(), math.inf)]
-        pool.dispatch(lone, solo=True)
+        pool.dispatch(lone, solo=True, rate=1.0)
+        pool.arrived()  # two requests arrive while it runs
+        pool.arrived()
         assert not pool.idle and not pool.all_idle and pool.next_idle() is None
         assert pool.running_images == 1 and pool.next_free()[0] == 1
         with pytest.raises(RuntimeError, match="idle pool"):
@@ -273,6 +276,7 @@ def test_a_solo_batch_holds_every_member_until_it_ends() -> None:
                 break
             await asyncio.sleep(0.01)
         assert pool.all_idle and pool.solo.batch_times.known and not pool.batch_times.known
+        assert pool.held_up.share > 2.0  # two where ~0.01 were due at 1 request/s
         pool.shutdown()
 
     asyncio.run(scenario())
@@ -286,6 +290,8 @@ def test_the_pool_goes_solo_only_when_idle_with_both_warmup_times_and_at_a_rate_
     pool.solo.batch_times.seed({1: 0.010})
     assert pool.solo_now(rate=1.0)
     assert not pool.solo_now(rate=500.0)  # the requests it would hold up lose more than it saves
+    pool.held_up.ran(arrived=0, expected=1.0)  # a client that sends only once answered
+    assert pool.solo_now(rate=500.0)
     pool.workers[0].idle = False  # a member runs a batch
     assert not pool.solo_now(rate=1.0)
     one: WorkerPool[int, int] = WorkerPool("m", list, NoMetrics(), lambda: None, count=1, run_solo=list)
@@ -299,10 +305,12 @@ def test_the_batcher_runs_a_lone_request_solo_and_concurrent_ones_on_the_streams
         solo_release = threading.Event()
 
         def run_batch(items: list[int]) -> Sequence[tuple[str, int]]:
+            time.sleep(0.017)
             return [("stream", i) for i in items]
 
         def run_solo(items: list[int]) -> Sequence[tuple[str, int]]:
             solo_release.wait(5)
+            time.sleep(0.010)
             return [("solo", i) for i in items]
 
         metrics = _CountingSolo()
@@ -334,6 +342,15 @@ def test_the_batcher_runs_a_lone_request_solo_and_concurrent_ones_on_the_streams
             assert await asyncio.wait_for(first, 5) == ("solo", 5)
             assert (await asyncio.wait_for(second, 5))[1] == 6
             assert metrics.solo >= 2
+            # A client that sends the next request only once answered (~90 a second): were its requests
+            # independent, the solo graph would cost the ones it holds up more than it saves (7 ms), but
+            # none arrives during a lone request's run, so they go solo.
+            batcher.solo_batch_times.seed({1: 0.010})
+            batcher.batch_times.seed({1: 0.017})
+            answers = [await batcher.submit(i) for i in range(40)]
+            assert [where for where, _ in answers[-10:]] == ["solo"] * 10
+            assert batcher._worker.held_up.share < 0.1
+            assert not solo_pays(0.017, 0.010, 0.010, rate=90.0, held_share=1.0)
         finally:
             await batcher.stop(timeout=5)
 
