@@ -197,9 +197,9 @@ class Settings(BaseSettings):
     # each (more throughput for small models on few cores, a longer single request). docs/cpu-inference.md,
     # "Inference streams".
     openvino_streams: int = Field(default=1, ge=1, le=64)
-    # With openvino_streams > 1: also compile a batch-1 graph on one stream of every thread (~30 MB more per
-    # model), and run a lone interactive request on it while every stream is idle and the arrival rate is
-    # low enough that the requests it holds up lose less than it saves (docs/batching.md, "The solo graph").
+    # With openvino_streams > 1: also compile a batch-1 graph on one stream of every thread (75 MiB more on
+    # the default model), and run a lone interactive request on it while every stream is idle and the
+    # requests it would hold up lose less than it saves (docs/batching.md, "The solo graph").
     openvino_solo_graph: bool = True
     # Batch sizes (comma-separated, "" for none) that OpenVINO compiles a static-shape graph for, beside the
     # dynamic one that serves every other size: the dynamic graph runs a batch of 1 ~25% slower and pays

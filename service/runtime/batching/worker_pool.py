@@ -172,8 +172,8 @@ class WorkerPool(Generic[In, Out]):
     def solo_now(self, rate: float) -> bool:
         """Whether a lone request closed now, at an arrival ``rate`` per second, runs on the solo worker:
         there is one, every member is idle, and it pays (`batch_close.solo_pays`, from the warmup's times
-        of one image on a stream and on the solo graph, the solo graph's time lately and the share of
-        arrivals solo batches held up)."""
+        of one image on a stream and on the solo graph, the solo graph's time lately and the share of due
+        arrivals that came while lone requests ran: `held_up`)."""
         if self.solo is None or not self.all_idle:
             return False
         stream_lone = self.batch_times.seeded(1)
