@@ -21,7 +21,7 @@ from urllib.parse import urlencode
 import numpy as np
 
 from bench.load.lean_http import LeanClient, ProtocolError
-from bench.load.scrape import batch_size_counts, histogram_totals, window_gain
+from bench.load.scrape import batch_size_counts, counter_total, histogram_totals, window_gain
 
 if TYPE_CHECKING:
     from bench.load.http_load import BenchImage
@@ -63,6 +63,7 @@ class OpenLoopResult:
     batch_sizes: dict[str, int] = field(default_factory=dict)  # batch-size histogram over the window
     mean_batch_size: float | None = None
     stage_totals: dict[str, tuple[float, float]] = field(default_factory=dict)
+    solo_batches: int = 0  # batches run on the solo graph over the window (DETECT_OPENVINO_SOLO_GRAPH)
 
 
 def tail_summary(latencies: Sequence[float]) -> dict[str, float]:
@@ -253,6 +254,9 @@ def with_server_window(
     result.batch_sizes = {le: n for le, n in sizes.items() if n > 0}
     result.mean_batch_size = batched / batches if batches > 0 else None
     result.stage_totals = {name: t for name, t in gained.items() if name != "detect_batch_size" and t[1] > 0}
+    solo = "detect_solo_batches"
+    gained_solo = counter_total(after_text, solo, model) - counter_total(before_text, solo, model)
+    result.solo_batches = int(gained_solo)
     return result
 
 

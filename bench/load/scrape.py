@@ -1,5 +1,6 @@
 """What the load client reads from the server's /metrics: histogram totals, and what they gained over a
-measured window (batch sizes, and each stage's time per image, or per batch for inference)."""
+measured window (batch sizes, and each stage's time per image, or per batch for inference), and counters
+(solo batches)."""
 
 from __future__ import annotations
 
@@ -61,3 +62,16 @@ def batch_size_counts(metrics_text: str, model: str | None) -> dict[str, float]:
         counts["+Inf" if bound == float("inf") else f"{bound:g}"] = cumulative[bound] - below
         below = cumulative[bound]
     return counts
+
+
+def counter_total(metrics_text: str, name: str, model: str | None) -> float:
+    """The value of counter ``name`` (as exposed, without ``_total``) for ``model`` (None: all models); 0 when
+    the server has no such counter."""
+    total = 0.0
+    for family in text_string_to_metric_families(metrics_text):
+        if family.name != name:
+            continue
+        for sample in family.samples:
+            if sample.name == f"{name}_total" and (model is None or sample.labels.get("model") == model):
+                total += sample.value
+    return total

@@ -105,7 +105,7 @@ def run_one(
     print(
         f"round {index} rate {rate:6.2f}  {name:24s} "
         f"p50 {lat['p50']:7.1f}  p99 {lat['p99']:7.1f} ms  "
-        f"batch {result.mean_batch_size or 0:.2f}  load {os.getloadavg()[0]:.1f}",
+        f"batch {result.mean_batch_size or 0:.2f}  solo {result.solo_batches}  load {os.getloadavg()[0]:.1f}",
         flush=True,
     )
     if args.jsonl:

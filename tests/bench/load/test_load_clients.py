@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
+from prometheus_client import CollectorRegistry, Counter, generate_latest
 
 from bench.load.http_load import BenchImage
 from bench.load.open_loop import (
@@ -23,10 +24,11 @@ from bench.load.open_loop import (
     run_open_loop,
     search_max_rate,
     tail_summary,
+    with_server_window,
 )
 from bench.load.open_loop_command import parse_duration_ms
 from bench.load.proc_cpu import cpu_times, listener_pid
-from bench.load.scrape import batch_size_counts
+from bench.load.scrape import batch_size_counts, counter_total
 from bench.load.wrk_client import parse_wrk_output, run_wrk, wrk_available
 
 IMAGE = BenchImage("a.jpg", b"\xff\xd8not really a jpeg\xff\xd9", "image/jpeg")
@@ -226,6 +228,27 @@ def test_batch_size_counts_are_per_bucket() -> None:
     )
     assert batch_size_counts(text, "m") == {"1": 3.0, "2": 2.0, "+Inf": 1.0}
     assert batch_size_counts(text, None)["1"] == 12.0
+
+
+def test_solo_batches_over_a_window_come_from_the_counter() -> None:
+    def metrics(a: float, b: float) -> str:
+        """The counter as the server exposes it (prometheus-client's text format)."""
+        registry = CollectorRegistry()
+        solo = Counter(
+            "detect_solo_batches", "Lone requests run on the solo graph", ["model"], registry=registry
+        )
+        solo.labels(model="m").inc(a)
+        solo.labels(model="x").inc(b)
+        return generate_latest(registry).decode()
+
+    assert counter_total(metrics(3, 4), "detect_solo_batches", "m") == 3.0
+    assert counter_total(metrics(3, 4), "detect_solo_batches", None) == 7.0
+    assert counter_total("", "detect_solo_batches", "m") == 0.0  # a server without the counter
+    result = OpenLoopResult(
+        rate=1.0, seed=0, duration_s=1.0, sent=1, ok=1, achieved_rps=1.0, latency_ms={},
+        status_counts={}, errors={}, send_lag_ms={}, client_cpu_ms_per_request=0.0,
+    )  # fmt: skip
+    assert with_server_window(result, metrics(3, 4), metrics(10, 4), "m").solo_batches == 7
 
 
 def test_wrk_output_is_parsed() -> None:
