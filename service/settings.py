@@ -197,7 +197,7 @@ class Settings(BaseSettings):
     # each (more throughput for small models on few cores, a longer single request). docs/cpu-inference.md,
     # "Inference streams".
     openvino_streams: int = Field(default=1, ge=1, le=64)
-    # With openvino_streams > 1: also compile a batch-1 graph on one stream of every thread (75 MiB more on
+    # With openvino_streams > 1: also compile a batch-1 graph on one stream of every thread (74 MiB more on
     # the default model), and run a lone interactive request on it while every stream is idle and the
     # requests it would hold up lose less than it saves (docs/batching.md, "The solo graph").
     openvino_solo_graph: bool = True

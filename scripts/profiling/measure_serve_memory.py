@@ -12,22 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
+
+from bench.server.local_server import local_server
 
 READY_TIMEOUT_S = 600.0
 SETTLE_S = 2.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def rss_mb(pid: int) -> float:
@@ -37,34 +28,13 @@ def rss_mb(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for process {pid}")
 
 
-def ready(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health/ready", timeout=2) as reply:
-            return bool(reply.status == 200)
-    except OSError:
-        return False
-
-
 def idle_rss(repository: Path, env: dict[str, str]) -> tuple[float, float]:
     """(seconds to ready, RSS in MiB once ready) of one server with ``env`` on top of this one's."""
-    port = free_port()
-    command = [sys.executable, "-m", "service.cli", "--model-repository", str(repository)]
-    command += ["--host", "127.0.0.1", "--port", str(port)]
     started = time.monotonic()
-    server = subprocess.Popen(
-        command, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    try:
-        while not ready(port):
-            if server.poll() is not None or time.monotonic() - started > READY_TIMEOUT_S:
-                raise RuntimeError(f"the server with {env} did not become ready")
-            time.sleep(0.5)
+    with local_server(repository, env, ready_timeout_s=READY_TIMEOUT_S) as server:
         took = time.monotonic() - started
         time.sleep(SETTLE_S)
         return took, rss_mb(server.pid)
-    finally:
-        server.terminate()
-        server.wait(30)
 
 
 def main() -> None:

@@ -193,7 +193,7 @@ class WorkerPool(Generic[In, Out]):
             raise RuntimeError("a solo batch needs the solo worker, one request and an idle pool")
         if worker is None:
             raise RuntimeError("dispatch with every worker busy")
-        if len(batch) == 1 and self.all_idle and len(self._all_workers()) > 1:
+        if len(batch) == 1 and self.all_idle and len(self.workers) > 1:
             self._lone, self._lone_rate, self._lone_arrivals = worker, rate, 0
         worker.dispatch(batch, inline=inline)
 
