@@ -180,6 +180,15 @@ class OpenVinoBackend(Backend):
         # Static-shape graphs for the batch sizes asked for: the CPU plugin prepares a dynamic graph again
         # whenever the batch size changes, and runs it slower even when it does not (docs/cpu-inference.md,
         # "Static batch shapes").
+        if self.streams > 1 and static_batch_sizes and _has_roi_align(core, model_path):
+            logger.warning(
+                "%s: no static batch graphs beside %d streams for a graph with ROIAlign: OpenVINO %s "
+                "compiles some so that every ROIAlign run fails (docs/cpu-inference.md, static batch shapes)",
+                model_path,
+                self.streams,
+                self._version,
+            )
+            static_batch_sizes = ()
         static = {size: self._compile_static(core, model_path, size, config) for size in static_batch_sizes}
         self.static_batch_sizes = tuple(sorted(static))
         self._solo_requests: _RequestPool | None = None
@@ -285,6 +294,11 @@ def read_with_batch_size(core: Any, model_path: Path, size: int) -> Any:
     shape[0] = size
     model.reshape({model.input(0): shape})
     return model
+
+
+def _has_roi_align(core: Any, model_path: Path) -> bool:
+    """Whether the artifact's graph has a ROIAlign op (a two-stage model's RoI heads)."""
+    return any(op.get_type_name() == "ROIAlign" for op in core.read_model(str(model_path)).get_ops())
 
 
 def _usable_cache_dir(cache_dir: Path | None) -> Path | None:

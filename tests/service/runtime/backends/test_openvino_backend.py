@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from machine_testkit import CPU_BF16, needs_bf16
+from PIL import Image
 from service_testkit import PROJECT, add_toy_model
 
 from contract.manifest import Manifest
@@ -425,6 +426,35 @@ def test_which_static_batch_sizes_a_model_gets(
     assert backend.static_batch_sizes == expected
     # A graph of its own for some sizes: a line through the batch times does not predict the others.
     assert backend.linear_batch_times == (expected == ())
+
+
+MASKRCNN_INT8 = PROJECT / "models" / "maskrcnn-synth-int8" / "1"
+
+
+@pytest.mark.parametrize(("streams", "expected"), [(1, (1,)), (2, ())])
+def test_a_roi_align_graph_beside_streams_keeps_to_its_dynamic_graph(
+    tmp_path: Path, streams: int, expected: tuple[int, ...]
+) -> None:
+    """OpenVINO compiles a static Mask R-CNN graph on two streams so that every ROIAlign run fails in some
+    compiles (scripts/profiling/probe_roi_align_streams.py): beside streams such a graph gets no static
+    graphs, and one image runs on the dynamic graph of each stream, as it does on ONNX Runtime."""
+    openvino, onnxruntime = pair(
+        MASKRCNN_INT8, tmp_path, openvino_streams=streams, intra_op_threads=2, openvino_solo_graph=False
+    )
+    assert openvino.static_batch_sizes == expected
+    image = np.asarray(
+        Image.open(PROJECT / "service" / "static" / "samples" / "shapes-1.jpg").resize((256, 256))
+    )
+    reference = onnxruntime.infer(image[None])
+    confident = reference["detection_scores"] >= 0.5
+    assert confident.sum() >= 3
+    for _ in range(streams):  # the streams' infer requests in turn
+        outputs = openvino.infer(image[None])
+        # INT8 kernels differ between the runtimes: the confident detections agree.
+        assert (outputs["detection_scores"] >= 0.5).sum() == confident.sum()
+        np.testing.assert_allclose(
+            outputs["detection_boxes"][confident], reference["detection_boxes"][confident], atol=0.02
+        )
 
 
 def test_warmup_runs_the_static_batch_sizes_too(tmp_path: Path) -> None:
