@@ -45,7 +45,10 @@ def compile_and_run(version_dir: Path, image: Path, setting: str) -> str:
     model = read_with_batch_size(core, path, 1) if static else core.read_model(str(path))
     compiled = core.compile_model(model, "CPU", config)
     size = (manifest.input.width, manifest.input.height)
-    pixels = cv2.resize(cv2.imread(str(image))[:, :, ::-1], size)[None]
+    decoded = cv2.imread(str(image))
+    if decoded is None:
+        raise SystemExit(f"{image}: not an image OpenCV reads")
+    pixels = cv2.resize(decoded[:, :, ::-1], size)[None]
     streams = int(compiled.get_property("NUM_STREAMS"))
     for request in [compiled.create_infer_request() for _ in range(streams)]:
         try:
