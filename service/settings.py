@@ -36,7 +36,9 @@ def _default_openvino_cache() -> Path:
 
 
 class ModelOverride(BaseModel):
-    """Batching knobs for one model; a field left unset falls back to the global setting."""
+    """Serving knobs for one model; a field left unset falls back to the global setting. They come from
+    ``DETECT_MODEL_OVERRIDES`` and from the model's own ``serving.json`` in the repository
+    (`Settings.for_model` says which wins)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -45,6 +47,10 @@ class ModelOverride(BaseModel):
     max_queue_size: int | None = Field(default=None, gt=0)
     # This model's default tiling (off | auto | WIDTHxHEIGHT), e.g. auto for a drone-imagery model.
     tiling: str | None = Field(default=None, pattern=TILING_PATTERN)
+    # How this model runs on OpenVINO, and where its images decode (the global settings of the same names).
+    openvino_streams: int | None = Field(default=None, ge=1, le=64)
+    openvino_solo_graph: bool | None = None
+    decode_in_batch: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -392,6 +398,18 @@ class Settings(BaseSettings):
             return None
         low, high = (float(v) for v in self.capture_score_band.split(","))
         return low, high
+
+    def for_model(self, model_name: str, shipped: ModelOverride | None = None) -> Settings:
+        """These settings as they apply to ``model_name``. Each `ModelOverride` field comes from, first to
+        last: the model's entry in ``model_overrides``; the global setting, where the environment (or the
+        caller) set it; the model's ``shipped`` defaults (its ``serving.json``); the global default."""
+        values = {
+            name: value
+            for name, value in (shipped or ModelOverride()).model_dump(exclude_none=True).items()
+            if name not in self.model_fields_set
+        }
+        values |= self.model_overrides.get(model_name, ModelOverride()).model_dump(exclude_none=True)
+        return self.model_copy(update=values) if values else self
 
     def batching_for(self, model_name: str, artifact_max_batch_size: int) -> BatchingConfig:
         """Batching knobs for ``model_name``; the batch size never exceeds what the artifact accepts."""

@@ -9,17 +9,16 @@ from service.settings import Settings
 
 def tiling_options(
     settings: Settings,
-    model_name: str,
+    model_tiling: str | None,
     tiling: str | None,
     overlap: float | None,
     *,
     field: str = "tiling",
     overlap_field: str = "tile_overlap",
 ) -> Tiling:
-    """The `Tiling` of a request for ``model_name`` that asked for ``tiling`` and ``overlap`` (None: the
-    model's default from ``model_overrides``, else the server's). Raises `BadRequest` naming the field."""
-    override = settings.model_overrides.get(model_name)
-    default = override.tiling if override is not None and override.tiling is not None else settings.tiling
+    """The `Tiling` of a request that asked for ``tiling`` and ``overlap`` (None: the model's default
+    ``model_tiling``, `ModelServing.tiling`, else the server's). Raises `BadRequest` naming the field."""
+    default = settings.tiling if model_tiling is None else model_tiling
     spec = default if tiling is None else tiling  # an empty value is a bad value, not "the default"
     mode, size = parse_tiling(spec, field=field)
     return Tiling(

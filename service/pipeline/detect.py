@@ -206,11 +206,14 @@ class DecodeInBatch:
         return self.prepared.views[0].network_input
 
 
-def decodes_in_batch(resources: Resources, plans: list[ImagePlan]) -> bool:
+def decodes_in_batch(model: LoadedModel, resources: Resources, plans: list[ImagePlan]) -> bool:
     """Whether a request's image is decoded on the inference thread (`DecodeInBatch`): one image, not tiled,
-    under `HEAVY_PIXELS` decoded pixels, with ``decode_in_batch`` on (a request of several images decodes
-    them all first, so a bad one costs no inference)."""
-    if not resources.decode_in_batch or resources.scheduler.inline.enabled or len(plans) != 1:
+    under `HEAVY_PIXELS` decoded pixels, with ``decode_in_batch`` on for ``model`` (a request of several
+    images decodes them all first, so a bad one costs no inference)."""
+    enabled = model.serving.decode_in_batch
+    if enabled is None:
+        enabled = resources.decode_in_batch
+    if not enabled or resources.scheduler.inline.enabled or len(plans) != 1:
         return False
     plan = plans[0]
     return plan.tiles is None and plan.decode.decoded_pixels < HEAVY_PIXELS

@@ -315,7 +315,7 @@ class PipelineRequest:
             outputs = await infer(self.model, network_inputs, self.deadline, self.stages, priority, window)
             return prepared, outputs
 
-        run = decode_in_batch if decodes_in_batch(self._resources, plans) else decode_and_infer
+        run = decode_in_batch if decodes_in_batch(self.model, self._resources, plans) else decode_and_infer
         result = await cancel_when_gone(self._gone, run())
         await self._inputs.aclose()  # every image is decoded: its encoded bytes are no longer needed
         return result

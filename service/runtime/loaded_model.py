@@ -10,6 +10,7 @@ import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Literal, Protocol
 
 import numpy as np
@@ -43,12 +44,28 @@ Outputs = dict[str, np.ndarray]
 ModelState = Literal["pending", "loading", "warming", "ready", "failed", "retiring", "stopped"]
 
 
+@dataclass(frozen=True)
+class ModelServing:
+    """How requests to one model are handled where it differs by model, from its settings
+    (`Settings.for_model`): None keeps the global setting of that name."""
+
+    decode_in_batch: bool | None = None
+    tiling: str | None = None  # its default tiling (off | auto | WIDTHxHEIGHT)
+
+
 class LoadedModel:
     """One model version: manifest, backend, batcher and its state."""
 
-    def __init__(self, entry: ModelEntry, batching: BatchingConfig, metrics: ModelMetrics):
+    def __init__(
+        self,
+        entry: ModelEntry,
+        batching: BatchingConfig,
+        metrics: ModelMetrics,
+        serving: ModelServing = ModelServing(),
+    ):
         self.entry = entry
         self.batching = batching
+        self.serving = serving
         self.metrics = metrics
         self.backend: Backend | None = None
         self.batcher: DynamicBatcher[BatchItem, Outputs] | None = None

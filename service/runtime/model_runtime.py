@@ -26,7 +26,7 @@ from service.runtime.backends import BackendFactory
 from service.runtime.batching.batcher import DynamicBatcher
 from service.runtime.batching.inline import InlineWork
 from service.runtime.default_model import no_default_message, resolve_default_model
-from service.runtime.loaded_model import LoadedModel
+from service.runtime.loaded_model import LoadedModel, ModelServing
 from service.runtime.metrics import ServiceMetrics
 from service.runtime.repository import ModelEntry, version_sort_key
 from service.runtime.rollout import Rollouts
@@ -87,13 +87,15 @@ class ModelRuntime:
 
     def new_model(self, entry: ModelEntry) -> LoadedModel:
         """A not yet loaded `LoadedModel` for ``entry``, with its batching settings resolved."""
-        batching = self.settings.batching_for(entry.name, entry.manifest.max_batch_size)
+        settings = self.settings.for_model(entry.name, entry.serving)
+        batching = settings.batching_for(entry.name, entry.manifest.max_batch_size)
         if not entry.manifest.dynamic_batch:
             # A fixed-batch artifact always computes max_batch_size images; filling it costs nothing.
             batching = BatchingConfig(
                 entry.manifest.max_batch_size, batching.max_queue_delay_s, batching.max_queue_size
             )
-        return LoadedModel(entry, batching, self._metrics.for_model(entry.name, entry.manifest))
+        serving = ModelServing(decode_in_batch=settings.decode_in_batch, tiling=settings.tiling)
+        return LoadedModel(entry, batching, self._metrics.for_model(entry.name, entry.manifest), serving)
 
     def publish(self, model: LoadedModel) -> None:
         """Export ``model``'s readiness; evaluated at every scrape, so a batcher that dies shows at once."""

@@ -1,4 +1,6 @@
-"""The model repository: ``<root>/<name>/<version>/{manifest.json, model.onnx | model.plan}``.
+"""The model repository: ``<root>/<name>/<version>/{manifest.json, model.onnx | model.plan}``, and beside
+a model's versions an optional ``<root>/<name>/serving.json``: how that model is served by default (the
+fields of `ModelOverride`, e.g. ``{"openvino_streams": 2}``; `Settings.for_model` says what overrides it).
 
 Scanning reads manifests only (cheap), so the CLI can reject a broken repository before starting the
 server. Any inconsistency is a `RepositoryError` naming the path and what is wrong with it.
@@ -19,6 +21,9 @@ from typing import Literal
 from pydantic import ValidationError
 
 from contract.manifest import MANIFEST_FILE, Manifest
+from service.settings import ModelOverride
+
+SERVING_FILE = "serving.json"
 
 # Allowed model file suffixes per manifest format.
 _SUFFIXES: dict[str, tuple[str, ...]] = {
@@ -43,6 +48,8 @@ class ModelEntry:
     # What the files were when read: (mtime_ns, size) of the manifest and the model file. A version whose
     # stamp changed on disk is loaded again rather than reused.
     stamp: tuple[int, ...] = field(default=(), compare=False)
+    # The model's serving.json (every field unset without one).
+    serving: ModelOverride = field(default_factory=ModelOverride)
 
     @property
     def model_path(self) -> Path:
@@ -106,13 +113,25 @@ def _read_entry(name: str, version_dir: Path) -> ModelEntry:
     weights = [model_path.with_suffix(".bin")] if manifest.format == "openvino" else []
     if weights and not weights[0].is_file():
         raise RepositoryError(f"{model_path}: OpenVINO IR without its weights {weights[0].name}")
+    serving_path = version_dir.parent / SERVING_FILE
+    serving = _read_serving(serving_path) if serving_path.is_file() else None
     return ModelEntry(
         name=name,
         version=version_dir.name,
         directory=version_dir,
         manifest=manifest,
-        stamp=_stamp(manifest_path, model_path, *weights),
+        stamp=_stamp(manifest_path, model_path, *weights, *([serving_path] if serving else [])),
+        serving=serving or ModelOverride(),
     )
+
+
+def _read_serving(path: Path) -> ModelOverride:
+    try:
+        return ModelOverride.model_validate(json.loads(path.read_text()))
+    except json.JSONDecodeError as exc:
+        raise RepositoryError(f"{path}: not valid JSON ({exc})") from exc
+    except ValidationError as exc:
+        raise RepositoryError(f"{path}: does not match the serving settings' schema:\n{exc}") from exc
 
 
 def scan_repository(root: str | Path) -> list[ModelEntry]:

@@ -81,7 +81,7 @@ async def infer_decoded(
     """Run a checked request's images through the pipeline: each output with the batch dimension first.
 
     Encoded images are tiled as /detect's when the request's ``parameters`` say so."""
-    tiling = _tiling(settings, run.model.name, decoded.parameters, encoded=decoded.images is None)
+    tiling = _tiling(settings, run.model.serving.tiling, decoded.parameters, encoded=decoded.images is None)
     if decoded.images is not None:
         outputs = await run.infer_tensors(list(decoded.images))  # (H, W, 3) each
     else:
@@ -91,7 +91,9 @@ async def infer_decoded(
     return {name: np.stack([output[name] for output in outputs]) for name in outputs[0]}
 
 
-def _tiling(settings: Settings, model_name: str, parameters: dict[str, Any], *, encoded: bool) -> Tiling:
+def _tiling(
+    settings: Settings, model_tiling: str | None, parameters: dict[str, Any], *, encoded: bool
+) -> Tiling:
     """The request's tiling, from its ``tiling`` and ``tile_overlap`` parameters (encoded images only)."""
     spec, overlap = parameters.get("tiling"), parameters.get("tile_overlap")
     if spec is not None and not isinstance(spec, str):
@@ -114,7 +116,7 @@ def _tiling(settings: Settings, model_name: str, parameters: dict[str, Any], *, 
         return Tiling()
     return tiling_options(
         settings,
-        model_name,
+        model_tiling,
         spec,
         None if overlap is None else float(overlap),
         field="parameters.tiling",

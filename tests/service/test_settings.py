@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from service.runtime.backends import BackendLoadError, gpu_present, resolve_backend
-from service.settings import Settings
+from service.settings import ModelOverride, Settings
 
 CPU_ONLY = ["CPUExecutionProvider"]
 GPU_BUILD = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
@@ -76,6 +76,25 @@ def test_batching_for_applies_overrides_and_the_artifact_cap() -> None:
     assert (small.max_batch_size, small.max_queue_delay_s, small.max_queue_size) == (2, 0.001, 64)
     capped = settings.batching_for("other", artifact_max_batch_size=4)
     assert (capped.max_batch_size, capped.max_queue_delay_s) == (4, 0.005)
+
+
+def test_a_models_settings_come_from_overrides_then_the_environment_then_its_serving_file(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    shipped = ModelOverride(openvino_streams=2, decode_in_batch=True, max_queue_delay_ms=3)
+    # Unset globally: the model's serving.json replaces the defaults.
+    model = Settings().for_model("m", shipped)
+    assert (model.openvino_streams, model.decode_in_batch, model.max_queue_delay_ms) == (2, True, 3)
+    assert Settings().for_model("other").openvino_streams == 1
+    # Set in the environment: it applies to every model.
+    monkeypatch.setenv("DETECT_OPENVINO_STREAMS", "1")
+    model = Settings().for_model("m", shipped)
+    assert (model.openvino_streams, model.decode_in_batch) == (1, True)
+    # DETECT_MODEL_OVERRIDES names the model: it wins over both.
+    monkeypatch.setenv("DETECT_MODEL_OVERRIDES", '{"m": {"openvino_streams": 3, "decode_in_batch": false}}')
+    model = Settings().for_model("m", shipped)
+    assert (model.openvino_streams, model.decode_in_batch, model.max_queue_delay_ms) == (3, False, 3)
+    assert model.batching_for("m", 8).max_queue_delay_s == 0.003
 
 
 def test_auto_resolves_to_cpu_on_this_machine() -> None:

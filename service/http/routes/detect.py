@@ -183,7 +183,7 @@ async def detect(
     params = DetectParams(
         query.score_threshold, query.max_detections, parse_class_filter(query.classes, model.manifest.labels)
     )
-    tiling = tiling_options(settings, model.name, query.tiling, query.tile_overlap)
+    tiling = tiling_options(settings, model.serving.tiling, query.tiling, query.tile_overlap)
     async with AsyncExitStack() as owned:
         run = await owned.enter_async_context(
             pipeline.admit(model, started_at(request), gone=disconnected(request))

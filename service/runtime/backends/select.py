@@ -128,8 +128,10 @@ def served_precision(manifest_precision: str, settings: Settings) -> str:
 def create_backend(entry: ModelEntry, settings: Settings) -> Backend:
     """Load ``entry``'s artifact on the backend ``settings.backend`` resolves to on this machine.
 
+    ``settings`` are the service's: the entry's own (`Settings.for_model`) are taken from them here.
     Raises `BackendLoadError` saying why the artifact cannot run here.
     """
+    settings = settings.for_model(entry.name, entry.serving)
     manifest = entry.manifest
     precision = served_precision(manifest.precision, settings)
     kind = resolve_backend(settings.backend, manifest.format, precision=precision)

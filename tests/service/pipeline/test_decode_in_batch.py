@@ -14,9 +14,10 @@ import pytest
 from detect_testkit import batcher_of, post_png
 from fastapi.testclient import TestClient
 from pipeline_testkit import files, held
-from service_testkit import GatedFactory, encode, solid_image, wait_until
+from service_testkit import GatedFactory, add_toy_model, encode, solid_image, wait_until
 
 from service.pipeline import detect
+from service.runtime.repository import SERVING_FILE
 
 MakeClient = Callable[..., TestClient]
 
@@ -65,6 +66,18 @@ def test_off_every_image_is_decoded_in_the_worker_threads(
     client = make_client(toy_repo, decode_in_batch=False)
     assert post_png(client, 50).status_code == 200
     assert [name.startswith("detect-worker") for name in decoded_on] == [True]
+
+
+def test_a_models_serving_file_turns_it_on_for_that_model(
+    make_client: MakeClient, tmp_path: Path, decoded_on: list[str]
+) -> None:
+    add_toy_model(tmp_path, "toy")
+    add_toy_model(tmp_path, "other")
+    (tmp_path / "toy" / SERVING_FILE).write_text('{"decode_in_batch": true}')
+    client = make_client(tmp_path)
+    assert post_png(client, 50, model="toy").status_code == 200
+    assert post_png(client, 50, model="other").status_code == 200
+    assert [name.split("-")[0] for name in decoded_on] == ["infer", "detect"]
 
 
 def test_an_image_that_will_not_decode_fails_alone_in_its_batch(

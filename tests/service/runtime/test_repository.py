@@ -9,7 +9,14 @@ import pytest
 from service_testkit import add_toy_model
 
 from contract.manifest import MANIFEST_FILE
-from service.runtime.repository import RepositoryError, scan_repository, select_versions, version_sort_key
+from service.runtime.repository import (
+    SERVING_FILE,
+    RepositoryError,
+    scan_repository,
+    select_versions,
+    version_sort_key,
+)
+from service.settings import ModelOverride
 
 
 def test_scan_finds_every_version_in_order(tmp_path: Path) -> None:
@@ -65,6 +72,37 @@ def test_manifest_breaking_the_schema(tmp_path: Path) -> None:
     (version_dir / MANIFEST_FILE).write_text(json.dumps(manifest))
     with pytest.raises(RepositoryError, match=r"(?s)does not match the manifest schema.*labels"):
         scan_repository(tmp_path)
+
+
+def test_a_models_serving_file_is_read_with_every_version(tmp_path: Path) -> None:
+    add_toy_model(tmp_path, "m", "1")
+    add_toy_model(tmp_path, "m", "2")
+    add_toy_model(tmp_path, "plain")
+    (tmp_path / "m" / SERVING_FILE).write_text('{"openvino_streams": 2, "decode_in_batch": true}')
+    entries = {(e.name, e.version): e for e in scan_repository(tmp_path)}
+    for version in ("1", "2"):
+        assert entries["m", version].serving == ModelOverride(openvino_streams=2, decode_in_batch=True)
+    assert entries["plain", "1"].serving == ModelOverride()
+    # A changed serving file changes the version's stamp: the model is loaded again.
+    before = entries["m", "1"].stamp
+    (tmp_path / "m" / SERVING_FILE).write_text('{"openvino_streams": 1}')
+    assert scan_repository(tmp_path)[0].stamp != before
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{not json", "not valid JSON"),
+        ('{"openvino_streams": 0}', r"(?s)serving settings' schema.*openvino_streams"),
+        ('{"streams": 2}', r"(?s)serving settings' schema.*streams"),  # a field it does not know
+    ],
+)
+def test_a_broken_serving_file_names_itself(tmp_path: Path, text: str, message: str) -> None:
+    add_toy_model(tmp_path, "m")
+    (tmp_path / "m" / SERVING_FILE).write_text(text)
+    with pytest.raises(RepositoryError, match=message) as raised:
+        scan_repository(tmp_path)
+    assert SERVING_FILE in str(raised.value)
 
 
 def test_manifest_name_must_match_its_folder(tmp_path: Path) -> None:

@@ -12,7 +12,9 @@ import pycocotools.mask as mask_utils
 import pytest
 from detect_testkit import MakeClient, batcher_of
 from fastapi.testclient import TestClient
-from service_testkit import GatedFactory, encode, png_bomb, solid_image, wait_until
+from service_testkit import GatedFactory, add_toy_model, encode, png_bomb, solid_image, wait_until
+
+from service.runtime.repository import SERVING_FILE
 
 # A 192x128 image on the toy model's 64x64 input: tiles of 64x64 without overlap make a 3x2 grid.
 GRID = [[x, y, x + 64, y + 64] for y in (0, 64) for x in (0, 64, 128)]
@@ -127,6 +129,16 @@ def test_server_and_model_defaults(make_client: MakeClient, toy_repo: Path) -> N
     assert "tiles" not in _post(client, image, tiling="off").json()  # type: ignore[attr-defined]
     by_model = make_client(toy_repo, model_overrides={"toy": {"tiling": "96x64"}}, tiling_overlap=0.0)
     assert len(_post(by_model, image).json()["tiles"]) == 4  # type: ignore[attr-defined]
+
+
+def test_a_models_serving_file_sets_its_default_tiling(make_client: MakeClient, tmp_path: Path) -> None:
+    add_toy_model(tmp_path, "toy")
+    (tmp_path / "toy" / SERVING_FILE).write_text('{"tiling": "64x64"}')
+    image = solid_image(200, height=128, width=192)
+    client = make_client(tmp_path, tiling_overlap=0.0)
+    assert len(_post(client, image).json()["tiles"]) == 6  # type: ignore[attr-defined]
+    overridden = make_client(tmp_path, model_overrides={"toy": {"tiling": "off"}})
+    assert "tiles" not in _post(overridden, image).json()  # type: ignore[attr-defined]
 
 
 def test_boxed_image_with_the_tile_grid(client: TestClient) -> None:

@@ -23,7 +23,7 @@ from service.runtime.backends import Backend, BackendLoadError, create_backend, 
 from service.runtime.backends.onnxruntime_backend import OnnxRuntimeBackend
 from service.runtime.backends.openvino_backend import OpenVinoBackend, hint_for_cpu, precision_hint_for
 from service.runtime.loaded_model import LoadedModel
-from service.runtime.repository import RepositoryError, scan_repository
+from service.runtime.repository import SERVING_FILE, RepositoryError, scan_repository
 from service.settings import Settings
 
 ov = pytest.importorskip("openvino", reason="the openvino package (serve extra) is not installed")
@@ -455,6 +455,20 @@ def test_a_roi_align_graph_beside_streams_keeps_to_its_dynamic_graph(
         np.testing.assert_allclose(
             outputs["detection_boxes"][confident], reference["detection_boxes"][confident], atol=0.02
         )
+
+
+def test_a_models_serving_file_sets_its_streams_unless_the_environment_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    add_toy_model(tmp_path / "repo", "toy")
+    (tmp_path / "repo" / "toy" / SERVING_FILE).write_text(
+        '{"openvino_streams": 2, "openvino_solo_graph": false}'
+    )
+    (entry,) = scan_repository(tmp_path / "repo")
+    two = create_backend(entry, Settings(backend="openvino", openvino_cache_dir=None))
+    assert (two.streams, two.solo) == (2, False)
+    monkeypatch.setenv("DETECT_OPENVINO_STREAMS", "1")
+    assert create_backend(entry, Settings(backend="openvino", openvino_cache_dir=None)).streams == 1
 
 
 def test_warmup_runs_the_static_batch_sizes_too(tmp_path: Path) -> None:
