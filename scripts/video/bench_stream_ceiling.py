@@ -29,7 +29,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("docs/results/streams-ceiling.jsonl"))
     args = parser.parse_args()
     name = (args.model_repository / "default").read_text().strip()
-    version_dir = max((args.model_repository / name).iterdir(), key=lambda p: p.name)
+    version_dir = max(
+        (p for p in (args.model_repository / name).iterdir() if p.is_dir()), key=lambda p: p.name
+    )
     manifest = Manifest.read(version_dir)
     backend = load_backend(version_dir)
     frames = [resize_for_network(f, manifest.input)[0] for f in synthetic_frames(640, 480, 8)]
