@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -29,7 +29,7 @@ from service.imaging.postprocess import DetectParams, select_detections, to_sche
 from service.runtime.backends import Backend, create_backend
 from service.runtime.repository import ModelEntry, scan_repository, select_versions
 from service.schemas import DetectionResult
-from service.settings import Settings
+from service.settings import ModelOverride, Settings
 
 Yardstick = Literal["pipeline", "backend"]
 
@@ -52,7 +52,11 @@ class BackendThroughput:
 
 def resolve_entry(path: str | Path, model: str | None = None) -> ModelEntry:
     """A version folder (holding manifest.json), a model folder (its latest version), or a repository
-    (``model``'s latest version, or its only model's)."""
+    (``model``'s latest version, or its only model's).
+
+    Without the model's serving.json: the raw pipeline and the peer servers run the artifact on the
+    runtime's own defaults (on OpenVINO one stream on every thread, what a single caller uses best),
+    whatever the service's request path is set to run it with."""
     path = Path(path)
     if (path / MANIFEST_FILE).is_file():
         manifest = Manifest.read(path)
@@ -67,7 +71,7 @@ def resolve_entry(path: str | Path, model: str | None = None) -> ModelEntry:
     if len(latest) != 1:
         names = sorted({e.name for e in latest})
         raise ValueError(f"{path}: expected one model, found {names}; pass a version folder or --model")
-    return latest[0]
+    return replace(latest[0], serving=ModelOverride())
 
 
 def network_batch(entry: ModelEntry, images: Sequence[bytes], batch_size: int, start: int = 0) -> np.ndarray:

@@ -37,8 +37,9 @@ HELP_COLUMNS = "80"
 SUPPLEMENT = {
     "host": "Address to bind (`detect-serve --host`).",
     "port": "Port to bind (`detect-serve --port`; 0 picks a free one).",
-    "model_overrides": "Per-model batching and tiling as JSON: `max_batch_size`, `max_queue_delay_ms`, "
-    "`max_queue_size`, `tiling` for a model by name; a field left out falls back to the setting above.",
+    "model_overrides": "Per-model settings as JSON: `max_batch_size`, `max_queue_delay_ms`, "
+    "`max_queue_size`, `tiling`, `openvino_streams`, `openvino_solo_graph`, `decode_in_batch` for a model by "
+    "name; a field left out falls back to the model's `serving.json`, then to the setting above.",
 }
 # Reference tables are wide: those pages give the table of contents' column to the table.
 WIDE = "---\nhide:\n  - toc\n---\n\n"
@@ -164,8 +165,11 @@ def settings_page() -> str:
         "Every setting of `detect-serve` is an environment variable `DETECT_<NAME>` (pydantic-settings; "
         "case-insensitive). `detect-serve --model-repository`, `--host`, `--port`, `--backend` and "
         "`--log-level` override theirs. Sizes are bytes, times are in the unit the name ends with. "
-        "Per-model batching and tiling go in `DETECT_MODEL_OVERRIDES` as JSON, e.g. "
-        '`DETECT_MODEL_OVERRIDES=\'{"ssd300-synth": {"max_batch_size": 4}}\'`.\n',
+        "Per-model settings go in `DETECT_MODEL_OVERRIDES` as JSON, e.g. "
+        '`DETECT_MODEL_OVERRIDES=\'{"ssd300-synth": {"max_batch_size": 4}}\'`, and a model can ship its '
+        "own defaults for those fields in `<name>/serving.json` beside its versions: a model's entry in "
+        "`DETECT_MODEL_OVERRIDES` wins over a setting set in the environment, which wins over the model's "
+        "`serving.json`, which wins over the default ([batching.md](../batching.md#per-model-settings)).\n",
         "Traces use OpenTelemetry's standard variables, not `DETECT_*`: `OTEL_TRACES_EXPORTER=otlp` turns "
         "them on, with `OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL` (`http/protobuf` "
         "or `grpc`) and `OTEL_SERVICE_NAME` ([operations.md](../operations.md#traces)).\n",
