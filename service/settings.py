@@ -1,9 +1,12 @@
 """Service configuration: one `Settings` read from ``DETECT_*`` environment variables.
 
 Every knob has a default that works on a laptop; the CLI (`service.cli`) overrides a few from flags.
-Per-model batching overrides come as JSON, e.g.::
+Per-model overrides come as JSON, e.g.::
 
     DETECT_MODEL_OVERRIDES='{"ssd300": {"max_batch_size": 4, "max_queue_delay_ms": 2}}'
+
+and a model ships its own defaults for the same fields in ``<repository>/<name>/serving.json``
+(`Settings.for_model`).
 """
 
 from __future__ import annotations
@@ -201,7 +204,7 @@ class Settings(BaseSettings):
     # OpenVINO inference streams per model: 1 runs each batch on every core (a lone request's lowest
     # latency); N > 1 splits the cores into N streams that run N batches side by side, one batch worker
     # each (more throughput for small models on few cores, a longer single request). docs/cpu-inference.md,
-    # "Inference streams".
+    # "Inference streams". A model's serving.json may ask for its own (the shipped default model: 2).
     openvino_streams: int = Field(default=1, ge=1, le=64)
     # With openvino_streams > 1: also compile a batch-1 graph on one stream of every thread (74 MiB more on
     # the default model), and run a lone interactive request on it while every stream is idle and the
@@ -218,7 +221,8 @@ class Settings(BaseSettings):
     # thread as its batch starts, instead of in a worker thread while the batch before it runs: decoding
     # beside inference slows the runtime's threads, which use every core, by more than it overlaps
     # (docs/benchmarks/request-path.md, "Decoding on the inference thread"). Off: every image is decoded
-    # in the worker threads before it is queued.
+    # in the worker threads before it is queued. A model's serving.json may turn it on for that model (the
+    # shipped default model does).
     decode_in_batch: bool = False
 
     # On SIGTERM: readiness fails at once, new requests get 503, in-flight ones get this long to finish.
