@@ -204,7 +204,8 @@ class Settings(BaseSettings):
     # OpenVINO inference streams per model: 1 runs each batch on every core (a lone request's lowest
     # latency); N > 1 splits the cores into N streams that run N batches side by side, one batch worker
     # each (more throughput for small models on few cores, a longer single request). docs/cpu-inference.md,
-    # "Inference streams". A model's serving.json may ask for its own (the shipped default model: 2).
+    # "Inference streams". A model's serving.json may ask for its own (the shipped default model and
+    # SSD320: 2).
     openvino_streams: int = Field(default=1, ge=1, le=64)
     # With openvino_streams > 1: also compile a batch-1 graph on one stream of every thread (74 MiB more on
     # the default model), and run a lone interactive request on it while every stream is idle and the
@@ -222,7 +223,7 @@ class Settings(BaseSettings):
     # beside inference slows the runtime's threads, which use every core, by more than it overlaps
     # (docs/benchmarks/request-path.md, "Decoding on the inference thread"). Off: every image is decoded
     # in the worker threads before it is queued. A model's serving.json may turn it on for that model (the
-    # shipped default model does).
+    # shipped default model's and SSD320's do).
     decode_in_batch: bool = False
 
     # On SIGTERM: readiness fails at once, new requests get 503, in-flight ones get this long to finish.
