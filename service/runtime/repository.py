@@ -120,7 +120,7 @@ def _read_entry(name: str, version_dir: Path) -> ModelEntry:
         version=version_dir.name,
         directory=version_dir,
         manifest=manifest,
-        stamp=_stamp(manifest_path, model_path, *weights, *([serving_path] if serving else [])),
+        stamp=_stamp(manifest_path, model_path, *weights, *([serving_path] if serving is not None else [])),
         serving=serving or ModelOverride(),
     )
 
