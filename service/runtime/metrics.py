@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 from contextlib import suppress
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
@@ -67,25 +67,32 @@ class ModelMetrics:
     def __init__(self, parent: ServiceMetrics, model: str):
         self._parent = parent
         self.model = model
+        # The per-request and per-batch series, looked up once: `labels()` hashes and locks on every call,
+        # and these are observed several times per request on the event loop.
+        self._stages = {stage: parent.stages[stage].labels(model=model) for stage in STAGES}
+        self._batch_size = parent.batch_size.labels(model=model)
+        self._batches = {r: parent.batches.labels(model=model, reason=r) for r in CLOSE_REASONS}
+        self._queue_depth = parent.queue_depth.labels(model=model)
+        self._solo_batches = parent.solo_batches.labels(model=model)
 
     def stage(self, stage: str, seconds: float) -> None:
-        self._parent.stages[stage].labels(model=self.model).observe(seconds)
+        self._stages[stage].observe(seconds)
 
     def batch_closed(self, size: int, reason: str) -> None:
-        self._parent.batch_size.labels(model=self.model).observe(size)
-        self._parent.batches.labels(model=self.model, reason=reason).inc()
+        self._batch_size.observe(size)
+        self._batches[reason].inc()
 
     def queue_wait(self, seconds: float) -> None:
-        self.stage("queue_wait", seconds)
+        self._stages["queue_wait"].observe(seconds)
 
     def queue_depth(self, depth: int) -> None:
-        self._parent.queue_depth.labels(model=self.model).set(depth)
+        self._queue_depth.set(depth)
 
     def inference(self, seconds: float) -> None:
-        self.stage("inference", seconds)
+        self._stages["inference"].observe(seconds)
 
     def solo_batch(self) -> None:
-        self._parent.solo_batches.labels(model=self.model).inc()
+        self._solo_batches.inc()
 
     def model_loaded(self, seconds: float) -> None:
         self._parent.model_load_seconds.labels(model=self.model).observe(seconds)
@@ -167,6 +174,7 @@ class ServiceMetrics:
         self.requests = Counter(
             "detect_requests", "Detect requests by model and HTTP status code", ["model", "code"], registry=r
         )
+        self._request_series: dict[tuple[str, int], tuple[Any, Any]] = {}
         # Inference calls of the Open Inference Protocol over gRPC (service/grpc/), by gRPC status code name;
         # their end-to-end time goes into detect_request_seconds with every other protocol's.
         self.grpc_requests = Counter(
@@ -272,8 +280,17 @@ class ServiceMetrics:
         return ModelMetrics(self, model)
 
     def observe_request(self, model: str, status_code: int, seconds: float) -> None:
-        self.requests.labels(model=model, code=str(status_code)).inc()
-        self.request_seconds.labels(model=model).observe(seconds)
+        series = self._request_series.get((model, status_code))
+        if series is None:
+            # Model names come from the repository (unknown ones are `NO_MODEL`) and codes from a short
+            # list, so this lookup table stays small.
+            series = (
+                self.requests.labels(model=model, code=str(status_code)),
+                self.request_seconds.labels(model=model),
+            )
+            self._request_series[(model, status_code)] = series
+        series[0].inc()
+        series[1].observe(seconds)
 
     def observe_grpc_request(self, model: str, code: str, seconds: float) -> None:
         self.grpc_requests.labels(model=model, code=code).inc()

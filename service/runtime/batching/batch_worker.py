@@ -14,7 +14,8 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
@@ -115,7 +116,8 @@ class BatchWorker(Generic[In, Out]):
         self.idle = True
         self.running_size = 0  # images in the batch being computed (0: none)
         self.running_since = 0.0
-        self.task: asyncio.Task[None] | None = None
+        # Done when the batch running now has been handed out (what a drain waits for); None before the first.
+        self.task: asyncio.Future[None] | None = None
 
     def dispatch(self, batch: list[Pending[In, Out]], inline: bool = False) -> None:
         """Start running ``batch`` (the worker must be idle); with ``inline``, run it to the end here, on
@@ -125,7 +127,7 @@ class BatchWorker(Generic[In, Out]):
         if inline:
             self._run_inline(batch)
             return
-        self.task = asyncio.get_running_loop().create_task(self._execute(batch), name=f"batch-{self.name}")
+        self._submit(batch)
 
     def _run_inline(self, batch: list[Pending[In, Out]]) -> None:
         started = time.monotonic()
@@ -142,27 +144,50 @@ class BatchWorker(Generic[In, Out]):
         """Stop the thread; a batch not yet started is cancelled."""
         self._executor.shutdown(wait=False, cancel_futures=True)
 
-    async def _execute(self, batch: list[Pending[In, Out]]) -> None:
+    def _submit(self, batch: list[Pending[In, Out]]) -> None:
+        """Run ``batch`` on the worker's thread; the thread's end of it comes back to the event loop as one
+        callback (`_finished`): no task, and no asyncio future chained to the thread's."""
         loop = asyncio.get_running_loop()
+        self.task = loop.create_future()
         started = time.monotonic()
         try:
-            outputs = await loop.run_in_executor(self._executor, self._run_batch, [p.item for p in batch])
-        except asyncio.CancelledError:
-            self._done(batch, started)
-            for pending in batch:
-                if not pending.future.done():
-                    pending.future.set_exception(
-                        ServiceUnavailable(f"model {self.name!r} shut down mid-batch")
-                    )
-            raise
-        except Exception as exc:
-            self._done(batch, started)
-            self._fail(batch, exc)
+            running = self._executor.submit(self._run_batch, [p.item for p in batch])
+        except RuntimeError:  # the executor was shut down
+            self._finished(batch, started, None)
             return
-        # The worker is free before the results are handed out, so the next batch is dispatched first
-        # (its wake-up is queued ahead of the waiters') and inference does not wait on their responses.
-        self._done(batch, started, ran=_ran(outputs))
-        self._deliver(batch, outputs)
+
+        def back_on_the_loop(future: Future[Sequence[Out | Failed]]) -> None:
+            with suppress(RuntimeError):  # the event loop is closed: nobody is waiting any more
+                loop.call_soon_threadsafe(self._finished, batch, started, future)
+
+        running.add_done_callback(back_on_the_loop)
+
+    def _finished(
+        self, batch: list[Pending[In, Out]], started: float, running: Future[Sequence[Out | Failed]] | None
+    ) -> None:
+        """On the event loop, once the thread is done with ``batch`` (``running`` None: never started)."""
+        try:
+            if running is None or running.cancelled():
+                self._done(batch, started)
+                for pending in batch:
+                    if not pending.future.done():
+                        pending.future.set_exception(
+                            ServiceUnavailable(f"model {self.name!r} shut down mid-batch")
+                        )
+                return
+            exc = running.exception()
+            if exc is not None:
+                self._done(batch, started)
+                self._fail(batch, exc if isinstance(exc, Exception) else RuntimeError(repr(exc)))
+                return
+            outputs = running.result()
+            # The worker is free before the results are handed out, so the next batch is dispatched first
+            # (its wake-up is queued ahead of the waiters') and inference does not wait on their responses.
+            self._done(batch, started, ran=_ran(outputs))
+            self._deliver(batch, outputs)
+        finally:
+            if self.task is not None and not self.task.done():
+                self.task.set_result(None)
 
     def _deliver(self, batch: list[Pending[In, Out]], outputs: Sequence[Out | Failed]) -> None:
         if len(outputs) != len(batch):

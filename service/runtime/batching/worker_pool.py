@@ -200,7 +200,7 @@ class WorkerPool(Generic[In, Out]):
     def _all_workers(self) -> list[BatchWorker[In, Out]]:
         return [*self.workers, *([self.solo] if self.solo is not None else [])]
 
-    def running_tasks(self) -> list[asyncio.Task[None]]:
+    def running_tasks(self) -> list[asyncio.Future[None]]:
         return [w.task for w in self._all_workers() if w.task is not None and not w.task.done()]
 
     def shutdown(self) -> None:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
 import time
 from collections.abc import Callable, Sequence
 
 import pytest
 
-from service.errors import BackendError, BadRequest
+from service.errors import BackendError, BadRequest, ServiceUnavailable
 from service.runtime.batching.batch_worker import BatchWorker, Failed, ItemTimes, NoMetrics, Pending
 
 
@@ -71,3 +72,53 @@ def test_a_wrong_output_count_fails_every_waiter_of_the_batch() -> None:
     for pending in batch:
         with pytest.raises(BackendError, match="returned 1 results for 2 inputs"):
             pending.future.result()
+
+
+def test_a_raising_batch_fails_every_waiter_with_a_500_and_frees_the_worker() -> None:
+    def broken(items: list[int]) -> Sequence[int]:
+        raise ValueError("runtime fell over")
+
+    batch, worker = asyncio.run(_run(broken, [1, 2]))
+    for pending in batch:
+        with pytest.raises(BackendError, match="inference failed: ValueError: runtime fell over"):
+            pending.future.result()
+    assert worker.idle
+    assert worker.task is not None and worker.task.done()  # what a drain waits for is over too
+
+
+def test_a_batch_whose_thread_was_shut_down_fails_with_503() -> None:
+    async def scenario() -> list[Pending[int, int]]:
+        idle = asyncio.Event()
+        worker: BatchWorker[int, int] = BatchWorker("m", lambda items: items, NoMetrics(), idle.set)
+        worker.shutdown()
+        loop = asyncio.get_running_loop()
+        batch = [Pending(1, loop.create_future(), time.monotonic(), math.inf)]
+        worker.dispatch(batch)
+        await asyncio.wait_for(idle.wait(), 5)
+        return batch
+
+    (pending,) = asyncio.run(scenario())
+    with pytest.raises(ServiceUnavailable, match="shut down mid-batch"):
+        pending.future.result()
+
+
+def test_the_running_batch_is_awaitable_until_its_waiters_have_their_outputs() -> None:
+    async def scenario() -> None:
+        release = threading.Event()
+
+        def slow(items: list[int]) -> Sequence[int]:
+            release.wait(5)
+            return items
+
+        worker: BatchWorker[int, int] = BatchWorker("m", slow, NoMetrics(), lambda: None)
+        loop = asyncio.get_running_loop()
+        batch = [Pending(7, loop.create_future(), time.monotonic(), math.inf)]
+        worker.dispatch(batch)
+        running = worker.task
+        assert running is not None and not running.done()
+        release.set()
+        await asyncio.wait_for(running, 5)
+        assert batch[0].future.result() == 7 and worker.idle
+        worker.shutdown()
+
+    asyncio.run(scenario())

@@ -36,6 +36,31 @@ def test_the_fit_is_least_squares_over_the_recent_window() -> None:
     assert model.seconds(16) == pytest.approx(16 * a + b, rel=1e-9)
 
 
+def test_the_running_sums_stay_the_window_s_fit_over_a_long_run() -> None:
+    """The fit is kept from running sums (added and taken off as batches enter and leave the window): after
+    thousands of batches, and runs of one size leaving the window, it is still the window's own fit."""
+    rng = np.random.default_rng(1)
+    model = BatchTimeModel(history=50)
+    model.seed({1: 0.01, 8: 0.05})
+    sizes = np.concatenate([rng.integers(1, 9, size=3000), np.full(60, 2), rng.integers(1, 9, size=37)])
+    times = 0.005 * sizes + 0.003 + rng.normal(0, 0.001, size=len(sizes))
+    for size, seconds in zip(sizes, times, strict=True):
+        model.observe(int(size), float(seconds))
+    a, b = np.polyfit(sizes[-50:].astype(float), times[-50:], 1)
+    assert model.seconds(1) == pytest.approx(a + b, rel=1e-9)
+    assert model.seconds(8) == pytest.approx(8 * a + b, rel=1e-9)
+
+
+def test_only_one_size_served_keeps_the_seeds_of_the_others_in_the_fit() -> None:
+    model = BatchTimeModel(history=4)
+    model.seed({1: 0.01, 8: 0.05})
+    for _ in range(10):
+        model.observe(8, 0.06)  # size 1 never served: its seed stays in the fit, beside the served 8s
+    a, b = np.polyfit([1.0, 8, 8, 8, 8], [0.01, 0.06, 0.06, 0.06, 0.06], 1)
+    assert model.fitted
+    assert model.seconds(1) == pytest.approx(a + b, rel=1e-9)
+
+
 def test_expected_finish_counts_the_running_batch_and_full_batches_ahead() -> None:
     model = BatchTimeModel()
     model.observe(8, 0.8)  # 0.1 s per image
