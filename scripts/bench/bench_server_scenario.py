@@ -174,8 +174,24 @@ def summarize(
         within = [rate for rate, p99 in p99s.items() if p99 <= bound_ms]
         best = max(within) if within else None
         found = f"{best:g}/s = {best / raw:.2f} of raw" if best is not None else "none of the rates"
+        crossing = p99_crossing(p99s, bound_ms)
+        if crossing is not None:
+            found += f" (crossing {crossing:.1f}/s = {crossing / raw:.3f} of raw)"
         lines.append(f"{name:24s} max rate with p99 <= {bound_ms:g} ms: {found}   [{'; '.join(cells)}]")
     return lines
+
+
+def p99_crossing(p99s: dict[float, float], bound_ms: float) -> float | None:
+    """The rate at which the p99 first reaches ``bound_ms``: linear between the lowest rate over the bound and
+    the rate run below it (a lucky higher rate within it does not count); None when the lowest rate is over
+    it already or every rate run is within it."""
+    rates = sorted(p99s)
+    over = next((i for i, rate in enumerate(rates) if p99s[rate] > bound_ms), None)
+    if not over:  # None: every rate within; 0: none
+        return None
+    low, high = rates[over - 1], rates[over]
+    share = (bound_ms - p99s[low]) / (p99s[high] - p99s[low])
+    return low + share * (high - low)
 
 
 if __name__ == "__main__":
