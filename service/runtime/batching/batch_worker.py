@@ -148,24 +148,30 @@ class BatchWorker(Generic[In, Out]):
         """Run ``batch`` on the worker's thread; the thread's end of it comes back to the event loop as one
         callback (`_finished`): no task, and no asyncio future chained to the thread's."""
         loop = asyncio.get_running_loop()
-        self.task = loop.create_future()
+        handed_out: asyncio.Future[None] = loop.create_future()
+        self.task = handed_out
         started = time.monotonic()
         try:
             running = self._executor.submit(self._run_batch, [p.item for p in batch])
         except RuntimeError:  # the executor was shut down
-            self._finished(batch, started, None)
+            self._finished(batch, started, None, handed_out)
             return
 
         def back_on_the_loop(future: Future[Sequence[Out | Failed]]) -> None:
             with suppress(RuntimeError):  # the event loop is closed: nobody is waiting any more
-                loop.call_soon_threadsafe(self._finished, batch, started, future)
+                loop.call_soon_threadsafe(self._finished, batch, started, future, handed_out)
 
         running.add_done_callback(back_on_the_loop)
 
     def _finished(
-        self, batch: list[Pending[In, Out]], started: float, running: Future[Sequence[Out | Failed]] | None
+        self,
+        batch: list[Pending[In, Out]],
+        started: float,
+        running: Future[Sequence[Out | Failed]] | None,
+        handed_out: asyncio.Future[None],
     ) -> None:
-        """On the event loop, once the thread is done with ``batch`` (``running`` None: never started)."""
+        """On the event loop, once the thread is done with ``batch`` (``running`` None: never started);
+        ``handed_out`` is done once every waiter has its answer."""
         try:
             if running is None or running.cancelled():
                 self._done(batch, started)
@@ -186,8 +192,8 @@ class BatchWorker(Generic[In, Out]):
             self._done(batch, started, ran=_ran(outputs))
             self._deliver(batch, outputs)
         finally:
-            if self.task is not None and not self.task.done():
-                self.task.set_result(None)
+            if not handed_out.done():
+                handed_out.set_result(None)
 
     def _deliver(self, batch: list[Pending[In, Out]], outputs: Sequence[Out | Failed]) -> None:
         if len(outputs) != len(batch):
