@@ -102,6 +102,10 @@ class Settings(BaseSettings):
     # "latency" (from the fitted batch times, the arrival rate and batch_latency_budget_ms, a batch stops
     # growing when one more request would keep its oldest one past that budget).
     batch_policy: Literal["fixed", "adaptive", "latency"] = "adaptive"
+    # While every inference worker of a model is busy, the next batch waits on deck, and the first worker
+    # thread whose batch ends starts it at once, without a round trip through the event loop
+    # (service/runtime/batching/worker_pool.py). One batch at most; stream frames never go there.
+    batch_on_deck: bool = True
     # Each request's latency budget: the latency policy's limit on a batch's growth; the adaptive policy
     # runs a batch that takes longer than a quarter of it only once shorter batches fall behind the arrivals
     # (with several OpenVINO streams, never).

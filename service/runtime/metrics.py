@@ -4,11 +4,11 @@ Stage histograms carry a ``model`` label: decode, preprocess, queue_wait, infere
 postprocess (selecting detections), encode (the JSON result: mask pasting, RLE / polygons) or render (the
 boxed image), each once per image, and the end-to-end request time. Batch size is a histogram, so the mean
 batch size is ``rate(detect_batch_size_sum) / rate(detect_batch_size_count)``; why each batch closed is a
-counter by ``reason`` (full | delay | deadline | drain | idle). ``detect_model_info`` labels each loaded
-model version with its runtime and the inference precision in effect. ``detect_model_self_check`` is the
-outcome of each version's self-check at load (passed | failed | absent: no golden inputs) and
-``detect_model_self_check_agreement`` the share of its golden detections this server reproduced
-(`service.runtime.self_check`).
+counter by ``reason`` (full | delay | deadline | drain | idle | budget | deck). ``detect_model_info`` labels
+each loaded model version with its runtime and the inference precision in effect.
+``detect_model_self_check`` is the outcome of each version's self-check at load (passed | failed |
+absent: no golden inputs) and ``detect_model_self_check_agreement`` the share of its golden detections
+this server reproduced (`service.runtime.self_check`).
 
 The detect_quality_* metrics (what each model outputs, beside its manifest's validation baseline) are
 described in `service.runtime.quality_metrics`.

@@ -166,6 +166,7 @@ class ModelRuntime:
                 stream_batch_size=self.settings.stream_batch_size,
                 fit_predicts_sizes=model.backend.linear_batch_times,
                 run_solo=model.run_solo if model.backend.solo else None,
+                on_deck=self.settings.batch_on_deck,
             )
             model.batcher.batch_times.seed(model.warmup_seconds)
             if model.batcher.solo_batch_times is not None and model.solo_warmup_seconds is not None:

@@ -6,6 +6,11 @@ own error), or the batch's failure to every waiter of that batch (500), and
 times each batch (`service.runtime.batching.wait_estimate.BatchTimeModel`) for the batcher's admission
 estimates. `service.runtime.batching.batcher` decides what goes into a batch and when; this module only
 runs it.
+
+On deck: a worker of a pool (`service.runtime.batching.worker_pool`) may be given ``take_next``, which hands
+its thread the batch the pool put on deck while every worker was busy. The thread then starts that batch as
+soon as its own ends, without waiting for the event loop to hand out the outputs and dispatch it, and tells
+the loop both things in one callback.
 """
 
 from __future__ import annotations
@@ -92,6 +97,15 @@ class ItemTimes:
     batch_span: SpanContext | None = None  # the batch's trace span (tracing on)
 
 
+@dataclass(eq=False)
+class OnDeck(Generic[In, Out]):
+    """A batch waiting for the first worker of a pool whose batch ends; ``handed_out`` is done once every
+    waiter of it has its answer (what a drain waits for)."""
+
+    batch: list[Pending[In, Out]]
+    handed_out: asyncio.Future[None]
+
+
 class BatchWorker(Generic[In, Out]):
     """Runs one batch at a time in its own thread; ``on_idle`` is called whenever a batch finishes."""
 
@@ -104,11 +118,14 @@ class BatchWorker(Generic[In, Out]):
         *,
         batch_times: BatchTimeModel | None = None,
         thread: str = "",
+        take_next: Callable[[], OnDeck[In, Out] | None] | None = None,
     ) -> None:
         self.name = name
         self._run_batch = run_batch
         self._metrics = metrics
         self._on_idle = on_idle
+        # Called on the worker's thread as a batch ends: the batch on deck to run next, if any.
+        self._take_next = take_next
         suffix = f"-{thread}" if thread else ""
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"infer-{name}{suffix}")
         # Shared with the other workers of a `service.runtime.batching.worker_pool.WorkerPool`.
@@ -119,78 +136,111 @@ class BatchWorker(Generic[In, Out]):
         # Done when the batch running now has been handed out (what a drain waits for); None before the first.
         self.task: asyncio.Future[None] | None = None
 
-    def dispatch(self, batch: list[Pending[In, Out]], inline: bool = False) -> None:
+    def dispatch(
+        self,
+        batch: list[Pending[In, Out]],
+        inline: bool = False,
+        handed_out: asyncio.Future[None] | None = None,
+    ) -> None:
         """Start running ``batch`` (the worker must be idle); with ``inline``, run it to the end here, on
-        the event loop's own thread (`service.runtime.batching.inline`), and hand out its results."""
+        the event loop's own thread (`service.runtime.batching.inline`), and hand out its results.
+        ``handed_out``: the batch's drain future, where it has one already (a batch taken off the deck)."""
         self.idle = False
         self.running_size, self.running_since = len(batch), time.monotonic()
         if inline:
             self._run_inline(batch)
             return
-        self._submit(batch)
+        self._submit(batch, handed_out)
 
     def _run_inline(self, batch: list[Pending[In, Out]]) -> None:
         started = time.monotonic()
         try:
             outputs = self._run_batch([p.item for p in batch])
         except Exception as exc:
-            self._done(batch, started)
+            self._done(batch, started, time.monotonic())
             self._fail(batch, exc)
             return
-        self._done(batch, started, ran=_ran(outputs))
+        self._done(batch, started, time.monotonic(), ran=_ran(outputs))
         self._deliver(batch, outputs)
 
     def shutdown(self) -> None:
         """Stop the thread; a batch not yet started is cancelled."""
         self._executor.shutdown(wait=False, cancel_futures=True)
 
-    def _submit(self, batch: list[Pending[In, Out]]) -> None:
-        """Run ``batch`` on the worker's thread; the thread's end of it comes back to the event loop as one
-        callback (`_finished`): no task, and no asyncio future chained to the thread's."""
+    def _submit(self, batch: list[Pending[In, Out]], handed_out: asyncio.Future[None] | None) -> None:
+        """Run ``batch`` on the worker's thread (`_run_from`); each batch's end comes back to the event loop
+        as one callback (`_finished`): no task, and no asyncio future chained to the thread's."""
         loop = asyncio.get_running_loop()
-        handed_out: asyncio.Future[None] = loop.create_future()
+        if handed_out is None:
+            handed_out = loop.create_future()
         self.task = handed_out
-        started = time.monotonic()
         try:
-            running = self._executor.submit(self._run_batch, [p.item for p in batch])
+            running = self._executor.submit(self._run_from, loop, batch, handed_out)
         except RuntimeError:  # the executor was shut down
-            self._finished(batch, started, None, handed_out)
+            now = time.monotonic()
+            self._finished(batch, now, now, None, handed_out)
             return
 
-        def back_on_the_loop(future: Future[Sequence[Out | Failed]]) -> None:
-            with suppress(RuntimeError):  # the event loop is closed: nobody is waiting any more
-                loop.call_soon_threadsafe(self._finished, batch, started, future, handed_out)
+        def never_started(future: Future[None]) -> None:
+            if future.cancelled():  # shut down before the thread took it
+                now = time.monotonic()
+                with suppress(RuntimeError):  # the event loop is closed: nobody is waiting any more
+                    loop.call_soon_threadsafe(self._finished, batch, now, now, None, handed_out)
 
-        running.add_done_callback(back_on_the_loop)
+        running.add_done_callback(never_started)
+
+    def _run_from(
+        self, loop: asyncio.AbstractEventLoop, batch: list[Pending[In, Out]], handed_out: asyncio.Future[None]
+    ) -> None:
+        """On the worker's thread: run ``batch``, then each batch on deck (``take_next``) as the one before
+        it ends, and post each one's end to the event loop."""
+        started = time.monotonic()
+        while True:
+            outcome: Sequence[Out | Failed] | BaseException
+            try:
+                outcome = self._run_batch([p.item for p in batch])
+            except BaseException as exc:  # reported to every waiter of the batch (500)
+                outcome = exc
+            ended = time.monotonic()
+            queued = self._take_next() if self._take_next is not None else None
+            try:
+                loop.call_soon_threadsafe(self._finished, batch, started, ended, outcome, handed_out, queued)
+            except RuntimeError:  # the event loop is closed: nobody is waiting any more
+                return
+            if queued is None:
+                return
+            batch, handed_out, started = queued.batch, queued.handed_out, ended
 
     def _finished(
         self,
         batch: list[Pending[In, Out]],
         started: float,
-        running: Future[Sequence[Out | Failed]] | None,
+        ended: float,
+        outcome: Sequence[Out | Failed] | BaseException | None,
         handed_out: asyncio.Future[None],
+        queued: OnDeck[In, Out] | None = None,
     ) -> None:
-        """On the event loop, once the thread is done with ``batch`` (``running`` None: never started);
-        ``handed_out`` is done once every waiter has its answer."""
+        """On the event loop, once the thread is done with ``batch`` (``outcome`` None: it never started);
+        ``handed_out`` is done once every waiter has its answer. ``queued``: the batch on deck the thread
+        went on to, started at ``ended``."""
         try:
-            if running is None or running.cancelled():
-                self._done(batch, started)
+            if outcome is None:
+                self._done(batch, started, ended, ran=False)
                 for pending in batch:
                     if not pending.future.done():
                         pending.future.set_exception(
                             ServiceUnavailable(f"model {self.name!r} shut down mid-batch")
                         )
                 return
-            exc = running.exception()
-            if exc is not None:
-                self._done(batch, started)
-                self._fail(batch, exc if isinstance(exc, Exception) else RuntimeError(repr(exc)))
+            if isinstance(outcome, BaseException):
+                self._done(batch, started, ended, queued=queued)
+                self._fail(batch, outcome if isinstance(outcome, Exception) else RuntimeError(repr(outcome)))
                 return
-            outputs = running.result()
-            # The worker is free before the results are handed out, so the next batch is dispatched first
-            # (its wake-up is queued ahead of the waiters') and inference does not wait on their responses.
-            self._done(batch, started, ran=_ran(outputs))
-            self._deliver(batch, outputs)
+            # The worker is free (or on its next batch) before the results are handed out, so the next
+            # batch is dispatched first (its wake-up is queued ahead of the waiters') and inference does not
+            # wait on their responses.
+            self._done(batch, started, ended, ran=_ran(outcome), queued=queued)
+            self._deliver(batch, outcome)
         finally:
             if not handed_out.done():
                 handed_out.set_result(None)
@@ -210,10 +260,17 @@ class BatchWorker(Generic[In, Out]):
             else:
                 pending.future.set_result(output)
 
-    def _done(self, batch: list[Pending[In, Out]], started: float, ran: bool = True) -> None:
+    def _done(
+        self,
+        batch: list[Pending[In, Out]],
+        started: float,
+        ended: float,
+        ran: bool = True,
+        queued: OnDeck[In, Out] | None = None,
+    ) -> None:
         """The batch is over: time it (unless nothing ran: every item failed before inference, and its
-        time says nothing of a batch's) and free the worker."""
-        ended = time.monotonic()
+        time says nothing of a batch's) and free the worker, or mark it running ``queued`` (the batch its
+        thread took off the deck at ``ended``)."""
         elapsed = ended - started
         if ran:
             self._metrics.inference(elapsed)
@@ -224,8 +281,13 @@ class BatchWorker(Generic[In, Out]):
                 pending.times.inference = elapsed
                 pending.times.batch_started = started
                 pending.times.batch_span = span
-        self.running_size = 0
-        self.idle = True
+        if queued is None:
+            self.running_size = 0
+            self.idle = True
+        else:
+            self.running_size, self.running_since = len(queued.batch), ended
+            self.task = queued.handed_out
+            started_waits(queued.batch, ended, self._metrics)
         self._on_idle()
 
     def _fail(self, batch: list[Pending[In, Out]], exc: Exception) -> None:
@@ -236,6 +298,15 @@ class BatchWorker(Generic[In, Out]):
         for pending in batch:
             if not pending.future.done():
                 pending.future.set_exception(BackendError(f"model {self.name!r}: {message}"))
+
+
+def started_waits(batch: Sequence[Pending[In, Out]], at: float, metrics: BatcherMetrics) -> None:
+    """Record how long each request of ``batch``, starting at ``at``, waited in the queue."""
+    for pending in batch:
+        waited = at - pending.enqueued_at
+        metrics.queue_wait(waited)
+        if pending.times is not None:
+            pending.times.queue_wait = waited
 
 
 def _ran(outputs: Sequence[object]) -> bool:

@@ -38,7 +38,14 @@ from typing import Generic, TypeVar
 
 from service.errors import DeadlineExceeded, QueueFull, ServiceError, ServiceUnavailable
 from service.runtime.batching.batch_queue import BatchQueue, Priority, run_order
-from service.runtime.batching.batch_worker import BatcherMetrics, Failed, ItemTimes, NoMetrics, Pending
+from service.runtime.batching.batch_worker import (
+    BatcherMetrics,
+    Failed,
+    ItemTimes,
+    NoMetrics,
+    Pending,
+    started_waits,
+)
 from service.runtime.batching.close_rules import CloseRules
 from service.runtime.batching.inline import InlineWork
 from service.runtime.batching.wait_estimate import expected_finish_s, retry_after_s
@@ -60,8 +67,10 @@ class DynamicBatcher(Generic[In, Out]):
     ``run_batch`` runs in worker threads owned by the batcher: one, or ``workers`` side by side for a
     runtime that runs that many inferences at once (`service.runtime.batching.worker_pool`).
     ``fit_predicts_sizes`` False (a runtime with a graph of its own for some sizes): the adaptive policy
-    uses only batch sizes it has measured (`service.runtime.batching.batch_close.gainful`). Call `start`
-    inside a running event loop (the app lifespan) and `stop` on shutdown.
+    uses only batch sizes it has measured (`service.runtime.batching.batch_close.gainful`). ``on_deck``:
+    while every worker is busy, the next batch waits on deck and starts on the first worker thread whose
+    batch ends (`service.runtime.batching.worker_pool`). Call `start` inside a running event loop (the app
+    lifespan) and `stop` on shutdown.
     """
 
     def __init__(
@@ -82,6 +91,7 @@ class DynamicBatcher(Generic[In, Out]):
         stream_batch_size: int | None = None,
         fit_predicts_sizes: bool = True,
         run_solo: Callable[[list[In]], Sequence[Out | Failed]] | None = None,
+        on_deck: bool = False,
     ):
         if not isinstance(max_batch_size, int) or max_batch_size < 1:
             raise ValueError(f"max_batch_size must be an integer >= 1, got {max_batch_size!r}")
@@ -109,6 +119,7 @@ class DynamicBatcher(Generic[In, Out]):
             count=workers,
             fit_predicts_sizes=fit_predicts_sizes,
             run_solo=run_solo,
+            on_deck=on_deck,
         )
         self.batch_times = self._worker.batch_times
         # The solo worker's batch times (None: no solo graph); seeded with its warmup time like the pool's.
@@ -204,7 +215,7 @@ class DynamicBatcher(Generic[In, Out]):
         running_size, running_since = self._worker.next_free()
         return expected_finish_s(
             self.batch_times,
-            queued=self._depth_ahead_of(priority),
+            queued=self._depth_ahead_of(priority) + self._worker.deck_size,
             images=images,
             max_batch_size=self.max_batch_size,
             running_size=running_size,
@@ -319,12 +330,16 @@ class DynamicBatcher(Generic[In, Out]):
             collected = await self._collect()
             if collected is None:
                 return
-            batch, reason = collected
-            live = self._drop_dead(batch)
+            batch, reason, deck = collected
+            live = self._drop_dead(batch, record_wait=not deck)
             if not live:
                 continue
             self._dispatching = live  # if anything below fails, the loop's death handler fails these
             self._metrics.batch_closed(len(live), reason)
+            if deck:  # its waits are recorded as it starts
+                self._worker.put_on_deck(live)
+                self._dispatching = []
+                continue
             rate = self._rules.arrivals.rate(time.monotonic())
             solo = self._runs_solo(live, rate)
             if solo:
@@ -350,8 +365,9 @@ class DynamicBatcher(Generic[In, Out]):
             return False
         return self._inline.batch(self, self.batch_times.seconds(len(batch)))
 
-    async def _collect(self) -> tuple[list[Pending[In, Out]], str] | None:
-        """Wait for the next batch to close; None when stopping with nothing left to run."""
+    async def _collect(self) -> tuple[list[Pending[In, Out]], str, bool] | None:
+        """Wait for the next batch to close: ``(batch, reason, on_deck)``, with ``on_deck`` True for a batch
+        that goes on deck (`WorkerPool.put_on_deck`); None when stopping with nothing left to run."""
         batch = self._waiting.forming
         capped = False  # "budget": the batch stops growing and waits for the worker
         while True:
@@ -370,13 +386,27 @@ class DynamicBatcher(Generic[In, Out]):
                     batch.sort(key=run_order)
                 batch, self._waiting.forming = batch[:share], batch[share:]
                 self._metrics.queue_depth(self.queue_depth)
-                return batch, reason
+                return batch, reason, False
+            deck = self._deck_part(batch, now, reason is not None)
+            if deck:
+                self._waiting.forming = [p for p in batch if p not in deck]
+                self._metrics.queue_depth(self.queue_depth)
+                return deck, reason or "deck", True
             if reason is not None:
                 # Closed but the worker is busy: wait for it (or for more requests to top up with).
                 capped = capped or reason == "budget"
                 await self._wait_for_change(None)
             else:
                 await self._wait_for_change(self._rules.open_for_s(batch, now))
+
+    def _deck_part(self, batch: list[Pending[In, Out]], now: float, closed: bool) -> list[Pending[In, Out]]:
+        """The part of ``batch`` that goes on deck now, every worker busy (`CloseRules.deck_share`): its
+        interactive requests first, then tiles; none if that part would hold a stream frame."""
+        share = self._rules.deck_share(batch, now, closed)
+        if share < 1:
+            return []
+        part = sorted(batch, key=run_order)[:share]
+        return [] if any(p.background for p in part) else part
 
     def _take(self, batch: list[Pending[In, Out]], limit: int) -> None:
         """Fill ``batch`` up to ``limit`` (`BatchQueue.take`; the latency policy's budget may stop it)."""
@@ -390,8 +420,9 @@ class DynamicBatcher(Generic[In, Out]):
         except TimeoutError:
             pass
 
-    def _drop_dead(self, batch: list[Pending[In, Out]]) -> list[Pending[In, Out]]:
-        """The requests of ``batch`` still worth running, marked started; expired ones get 504."""
+    def _drop_dead(self, batch: list[Pending[In, Out]], record_wait: bool = True) -> list[Pending[In, Out]]:
+        """The requests of ``batch`` still worth running, marked started, with their queue wait recorded
+        (``record_wait``; a batch put on deck records it as it starts); expired ones get 504."""
         now = time.monotonic()
         live: list[Pending[In, Out]] = []
         for pending in batch:
@@ -401,10 +432,9 @@ class DynamicBatcher(Generic[In, Out]):
                 pending.future.set_exception(DeadlineExceeded(self._deadline_message(pending)))
                 continue
             pending.started = True
-            self._metrics.queue_wait(now - pending.enqueued_at)
-            if pending.times is not None:
-                pending.times.queue_wait = now - pending.enqueued_at
             live.append(pending)
+        if record_wait:
+            started_waits(live, now, self._metrics)
         return live
 
     def _on_loop_done(self, task: asyncio.Task[None]) -> None:

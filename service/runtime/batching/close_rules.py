@@ -35,8 +35,9 @@ from service.runtime.batching.batch_close import (
 from service.runtime.batching.batch_worker import Pending
 from service.runtime.batching.worker_pool import WorkerPool
 
-# Why a batch was dispatched; the label values of the batch-close metric.
-CLOSE_REASONS = ("full", "delay", "deadline", "drain", "idle", "budget")
+# Why a batch was dispatched; the label values of the batch-close metric. "deck": put on deck while every
+# worker was busy, holding what a free worker would take (`CloseRules.deck_share`).
+CLOSE_REASONS = ("full", "delay", "deadline", "drain", "idle", "budget", "deck")
 # How a batch closes: "fixed" (full, max_queue_delay_s, deadline, idle worker), "adaptive" (as fixed, and
 # the free worker takes the share that pays: batch_close.dispatch_size) or "latency" (batch_close).
 BATCH_POLICIES = ("fixed", "adaptive", "latency")
@@ -110,6 +111,26 @@ class CloseRules:
             adaptive=self.policy == "adaptive",
             longest_s=longest_s,
         )
+
+    def deck_share(self, batch: Batch, now: float, closed: bool) -> int:
+        """How many of ``batch`` go on deck now (0: none), every worker busy: the share the worker that
+        frees first would take (`WorkerPool.share` with ``ahead``) of the batch if it ``closed``, or else of
+        a full one, where the batch holds that many already (it would not grow into a larger share).
+        Stream frames never go on deck: an interactive request that comes later must not wait behind them."""
+        if not self._worker.deck_free:
+            return 0
+        size = len(batch) if closed else self.max_batch_size
+        share = self._worker.share(
+            size,
+            self.arrivals.rate(now),
+            self.max_batch_size,
+            adaptive=self.policy == "adaptive",
+            longest_s=self.latency_budget_s * LONGEST_BATCH_SHARE,
+            ahead=True,
+        )
+        if share > len(batch):
+            return 0
+        return share
 
     def over_budget(self, batch: Batch) -> bool:
         """Latency policy: one more request would keep the batch's oldest past its budget."""

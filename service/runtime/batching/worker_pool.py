@@ -12,16 +12,25 @@ when `batch_close.solo_pays`: it finishes sooner than on one stream, and the mem
 (both graphs on the cores at once would slow both), so the pool is idle only once it is done. What that
 costs depends on how the clients send: the pool counts the requests that arrive while a lone request
 runs (one that found the pool idle, on either graph: `arrived`, `batch_close.HeldUp`).
+
+On deck (``on_deck``): while every member is busy, the batcher may put the next batch on deck
+(`put_on_deck`). The first member whose batch ends takes it on its own thread and starts it at once
+(`BatchWorker` ``take_next``): between two batches of a stream there is no round trip through the event
+loop, whose turn may come only after other requests' work. One batch at most waits there, so a request that
+arrives later waits behind one batch more at most, as it would behind a running one. A member that frees
+while the deck holds a batch its thread did not see takes it from the loop (`_ended`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
+from service.errors import ServiceUnavailable
 from service.runtime.batching.batch_close import (
     KEEP_UP_HEADROOM,
     HeldUp,
@@ -29,7 +38,14 @@ from service.runtime.batching.batch_close import (
     pool_share,
     solo_pays,
 )
-from service.runtime.batching.batch_worker import BatcherMetrics, BatchWorker, Failed, Pending
+from service.runtime.batching.batch_worker import (
+    BatcherMetrics,
+    BatchWorker,
+    Failed,
+    OnDeck,
+    Pending,
+    started_waits,
+)
 from service.runtime.batching.wait_estimate import BatchTimeModel
 
 In = TypeVar("In")
@@ -48,14 +64,30 @@ class WorkerPool(Generic[In, Out]):
         count: int = 1,
         fit_predicts_sizes: bool = True,
         run_solo: Callable[[list[In]], Sequence[Out | Failed]] | None = None,
+        on_deck: bool = False,
     ) -> None:
         if not isinstance(count, int) or count < 1:
             raise ValueError(f"a worker pool needs at least one worker, got {count!r}")
+        self._metrics = metrics
+        self.on_deck = on_deck
+        # The batch on deck: put there on the event loop, taken by the first member thread whose batch ends
+        # (or by the loop, `_ended`); the lock is all the two share.
+        self._deck: OnDeck[In, Out] | None = None
+        self._deck_lock = threading.Lock()
+        self._closed = False
         self.batch_times = BatchTimeModel()
         # False: a size the line through the batch times predicts is not trusted until it has run.
         self._measured = None if fit_predicts_sizes else self.batch_times.measured
         self.workers: list[BatchWorker[In, Out]] = [
-            BatchWorker(name, run_batch, metrics, self._ended, batch_times=self.batch_times, thread=f"{i}")
+            BatchWorker(
+                name,
+                run_batch,
+                metrics,
+                self._ended,
+                batch_times=self.batch_times,
+                thread=f"{i}",
+                take_next=self._take_deck if on_deck else None,
+            )
             for i in range(count)
         ]
         # One image on every thread (a runtime's solo graph), while the members wait; its own batch times.
@@ -75,13 +107,55 @@ class WorkerPool(Generic[In, Out]):
             self._lone_arrivals += 1
 
     def _ended(self) -> None:
-        """A worker finished its batch: close the count of a lone request's run, then tell the batcher."""
+        """A worker finished its batch: close the count of a lone request's run, start the batch on deck on
+        a member that is idle (its thread ended before the batch was put there), then tell the batcher."""
         lone = self._lone
         if lone is not None and lone.idle:
             elapsed = time.monotonic() - lone.running_since
             self.held_up.ran(self._lone_arrivals, self._lone_rate * elapsed)
             self._lone = None
+        if self._deck is not None:
+            idle = self.next_idle()
+            if idle is not None:
+                queued = self._take_deck()
+                if queued is not None:
+                    started_waits(queued.batch, time.monotonic(), self._metrics)
+                    idle.dispatch(queued.batch, handed_out=queued.handed_out)
         self._on_idle()
+
+    def _take_deck(self) -> OnDeck[In, Out] | None:
+        """The batch on deck, taken off it (on a member's thread as its batch ends, or on the loop)."""
+        with self._deck_lock:
+            queued, self._deck = self._deck, None
+        return queued
+
+    @property
+    def deck_size(self) -> int:
+        """Images on deck: started before any request queued now."""
+        deck = self._deck
+        return len(deck.batch) if deck is not None else 0
+
+    @property
+    def deck_free(self) -> bool:
+        """A batch may go on deck now: the pool has a deck and several members, the deck is empty, and every
+        member is busy (no solo batch running: while it runs the members wait, idle). One worker has none:
+        its batches are long, and one on deck would be sized before the batch could grow."""
+        return (
+            self.on_deck
+            and len(self.workers) > 1
+            and not self._closed
+            and self._deck is None
+            and not self._solo_running
+            and not any(w.idle for w in self.workers)
+        )
+
+    def put_on_deck(self, batch: list[Pending[In, Out]]) -> None:
+        """Queue ``batch`` to start as soon as a member's batch ends (`deck_free` must hold)."""
+        if not self.deck_free:
+            raise RuntimeError("the deck is taken, off, or a member is idle")
+        queued = OnDeck(batch, asyncio.get_running_loop().create_future())
+        with self._deck_lock:
+            self._deck = queued
 
     @property
     def _solo_running(self) -> bool:
@@ -123,6 +197,7 @@ class WorkerPool(Generic[In, Out]):
         *,
         adaptive: bool = False,
         longest_s: float = math.inf,
+        ahead: bool = False,
     ) -> int:
         """How much of a closed batch of ``size`` the free member takes now; the rest waits for the next
         member to free up (`batch_close.pool_share`, with ``rate`` the model's arrival rate; everything
@@ -130,8 +205,14 @@ class WorkerPool(Generic[In, Out]):
         on the time each batch size measured (`BatchTimeModel.size_seconds`), only sizes that beat single
         requests (`batch_close.gainful`), with one worker too (`batch_close.dispatch_size`), and batches
         longer than ``longest_s`` with one worker only once the shorter ones fall behind
-        (`batch_close.within`), with several never; everything only while no batch has been timed at all."""
+        (`batch_close.within`), with several never; everything only while no batch has been timed at all.
+        ``ahead``: with every member busy, the share of the member that should free up first, as it frees
+        (what goes on deck)."""
         idle = self.next_idle()
+        now = time.monotonic()
+        if idle is None and ahead:
+            idle = min(self.workers, key=self._finishes_at)
+            now = max(now, self._finishes_at(idle))
         if size <= 1 or idle is None:
             return size
         if not (self.batch_times.known if adaptive else self.batch_times.fitted):
@@ -148,7 +229,6 @@ class WorkerPool(Generic[In, Out]):
                 measured=self._measured,
                 longest_s=longest_s,
             )
-        now = time.monotonic()
         next_free = min(
             0.0 if w.idle else max(0.0, self._finishes_at(w) - now) for w in self.workers if w is not idle
         )
@@ -201,8 +281,25 @@ class WorkerPool(Generic[In, Out]):
         return [*self.workers, *([self.solo] if self.solo is not None else [])]
 
     def running_tasks(self) -> list[asyncio.Future[None]]:
-        return [w.task for w in self._all_workers() if w.task is not None and not w.task.done()]
+        """What a drain waits for: each running batch's hand-out, and the batch on deck's."""
+        tasks = [w.task for w in self._all_workers() if w.task is not None and not w.task.done()]
+        deck = self._deck
+        if deck is not None and not deck.handed_out.done():
+            tasks.append(deck.handed_out)
+        return tasks
 
     def shutdown(self) -> None:
+        """Stop every thread; a batch on deck fails with 503, as one not yet started does."""
+        self._closed = True
+        queued = self._take_deck()
+        if queued is not None:
+            name = self.workers[0].name
+            for pending in queued.batch:
+                if not pending.future.done():
+                    pending.future.set_exception(
+                        ServiceUnavailable(f"model {name!r} shut down before this request ran")
+                    )
+            if not queued.handed_out.done():
+                queued.handed_out.set_result(None)
         for worker in self._all_workers():
             worker.shutdown()
