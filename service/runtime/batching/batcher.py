@@ -391,7 +391,7 @@ class DynamicBatcher(Generic[In, Out]):
             if deck:
                 self._waiting.forming = [p for p in batch if p not in deck]
                 self._metrics.queue_depth(self.queue_depth)
-                return deck, reason or "deck", True
+                return deck, "deck", True
             if reason is not None:
                 # Closed but the worker is busy: wait for it (or for more requests to top up with).
                 capped = capped or reason == "budget"

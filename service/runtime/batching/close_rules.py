@@ -36,7 +36,7 @@ from service.runtime.batching.batch_worker import Pending
 from service.runtime.batching.worker_pool import WorkerPool
 
 # Why a batch was dispatched; the label values of the batch-close metric. "deck": put on deck while every
-# worker was busy, holding what a free worker would take (`CloseRules.deck_share`).
+# worker was busy (`CloseRules.deck_share`), whether or not it had closed by another rule.
 CLOSE_REASONS = ("full", "delay", "deadline", "drain", "idle", "budget", "deck")
 # How a batch closes: "fixed" (full, max_queue_delay_s, deadline, idle worker), "adaptive" (as fixed, and
 # the free worker takes the share that pays: batch_close.dispatch_size) or "latency" (batch_close).

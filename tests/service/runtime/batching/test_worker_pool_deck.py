@@ -175,11 +175,19 @@ def test_a_pool_without_a_deck_or_with_one_worker_never_offers_it() -> None:
     asyncio.run(scenario())
 
 
+class Closed(NoMetrics):
+    def __init__(self) -> None:
+        self.reasons: list[str] = []
+
+    def batch_closed(self, size: int, reason: str) -> None:
+        self.reasons.append(reason)
+
+
 def test_the_batcher_puts_the_next_request_on_deck_and_drains_it() -> None:
     async def scenario() -> None:
-        run = Gates()
+        run, metrics = Gates(), Closed()
         batcher: DynamicBatcher[int, int] = DynamicBatcher(
-            "m", run, max_batch_size=1, max_queue_delay_s=0, max_queue_size=8,
+            "m", run, max_batch_size=1, max_queue_delay_s=0, max_queue_size=8, metrics=metrics,
             dispatch_when_idle=True, workers=2, on_deck=True,
         )  # fmt: skip
         batcher.start()
@@ -195,6 +203,7 @@ def test_the_batcher_puts_the_next_request_on_deck_and_drains_it() -> None:
         await asyncio.wait_for(stopping, 5)
         ran = dict(run.ran)
         assert ran[3] in (ran[1], ran[2])  # ran on a thread that had just ended its batch
+        assert metrics.reasons.count("deck") >= 1 and len(metrics.reasons) == 4
 
     asyncio.run(scenario())
 
