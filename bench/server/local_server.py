@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -49,17 +49,22 @@ def single_model_repository(model_dir: Path) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def local_server(
-    repository: Path, env: Mapping[str, str] | None = None, ready_timeout_s: float = READY_TIMEOUT_S
+    repository: Path,
+    env: Mapping[str, str] | None = None,
+    ready_timeout_s: float = READY_TIMEOUT_S,
+    program: Sequence[str] = (sys.executable, "-m", "service.cli"),
 ) -> Iterator[LocalServer]:
     """``detect-serve --model-repository repository`` with ``env`` added to this environment (access log
-    off unless ``env`` says otherwise); yields once ``/health/ready`` answers 200.
+    off unless ``env`` says otherwise); yields once ``/health/ready`` answers 200. ``program``: what runs
+    ``detect-serve``'s command line (a wrapper that instruments it, say); it gets ``--model-repository``,
+    ``--host`` and ``--port`` after its own arguments, and SIGTERM to stop.
 
     Raises:
         RuntimeError: the server exited (with the end of its stderr) or was not ready in time.
     """
     port = free_port()
     full_env = {**os.environ, "DETECT_ACCESS_LOG": "false", **(env or {})}
-    command = [sys.executable, "-m", "service.cli", "--model-repository", str(repository)]
+    command = [*program, "--model-repository", str(repository)]
     command += ["--host", "127.0.0.1", "--port", str(port)]
     # The log goes to a file, not a pipe nobody reads while the benchmark runs (a full pipe would stall it).
     with tempfile.TemporaryFile() as log:

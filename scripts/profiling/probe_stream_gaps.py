@@ -17,10 +17,8 @@ from __future__ import annotations
 import argparse
 import atexit
 import json
-import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -31,12 +29,10 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from bench.load.wrk_client import run_wrk
+from bench.server.local_server import local_server
 
 WARMUP_S = 3.0
-READY_TIMEOUT_S = 300.0
 
 
 def _serve(log_path: str, argv: list[str]) -> int:
@@ -93,14 +89,6 @@ def summarize(batches: list[tuple[str, float, float, int]], start: float, end: f
     return rows
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model-repository", required=True)
@@ -109,24 +97,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=12.0)
     parser.add_argument("--env", nargs="*", default=[], help="K=V settings for the server")
     args = parser.parse_args(argv)
-    port = _free_port()
-    env = os.environ | {"DETECT_ACCESS_LOG": "false", "DETECT_LOG_LEVEL": "warning"}
-    env |= dict(item.split("=", 1) for item in args.env)
+    env = {"DETECT_LOG_LEVEL": "warning", **dict(item.split("=", 1) for item in args.env)}
     image = Path(args.images).read_bytes()
     with tempfile.TemporaryDirectory(prefix="stream-gaps-") as folder:
         log = Path(folder) / "batches.json"
-        command = [sys.executable, __file__, "--serve", str(log), "--model-repository", args.model_repository]
-        server = subprocess.Popen([*command, "--port", str(port)], env=env)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            _wait_ready(url, server)
-            run_wrk(url, image, "image/jpeg", concurrency=args.concurrency, duration_s=WARMUP_S)
+        wrapper = (sys.executable, __file__, "--serve", str(log))
+        with local_server(Path(args.model_repository), env, program=wrapper) as server:
+            run_wrk(server.url, image, "image/jpeg", concurrency=args.concurrency, duration_s=WARMUP_S)
             start = time.monotonic()
-            result = run_wrk(url, image, "image/jpeg", concurrency=args.concurrency, duration_s=args.seconds)
+            result = run_wrk(
+                server.url, image, "image/jpeg", concurrency=args.concurrency, duration_s=args.seconds
+            )
             end = time.monotonic()
-        finally:
-            server.send_signal(signal.SIGTERM)
-            server.wait(60)
         batches = json.loads(log.read_text())
     print(f"{result.ok / result.duration_s:.1f} req/s, p50 {result.latency_ms['p50']:.1f} ms")
     for row in summarize(batches, start, end):
@@ -136,20 +118,6 @@ def main(argv: list[str] | None = None) -> int:
             f"/ p90 {row['gap_p90_ms']:.2f} ms, batch median {row['batch_median_ms']:.2f} ms"
         )
     return 0
-
-
-def _wait_ready(url: str, server: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise SystemExit(f"detect-serve exited with {server.returncode}")
-        try:
-            if httpx.get(f"{url}/health/ready", timeout=5).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise SystemExit("detect-serve did not become ready")
 
 
 if __name__ == "__main__":

@@ -62,6 +62,15 @@ def _pool(run: Gates, metrics: NoMetrics | None = None, on_deck: bool = True) ->
     return WorkerPool("m", run, metrics or NoMetrics(), lambda: None, count=2, on_deck=on_deck)
 
 
+def _busy_with_one_on_deck(pool: WorkerPool[int, int]) -> tuple[list[Pending[int, int]], ...]:
+    """Batches of one item, 1 and 2, running on the two workers, and 3 on deck."""
+    first, second, third = _batch(1), _batch(2), _batch(3)
+    pool.dispatch(first)
+    pool.dispatch(second)
+    pool.put_on_deck(third)
+    return first, second, third
+
+
 def test_the_thread_whose_batch_ends_first_runs_the_batch_on_deck() -> None:
     async def scenario() -> None:
         run, metrics = Gates(), Waits()
@@ -98,10 +107,7 @@ def test_a_worker_that_freed_before_the_deck_was_filled_takes_it_from_the_loop()
     async def scenario() -> None:
         run = Gates()
         pool = _pool(run)
-        first, second, third = _batch(1), _batch(2), _batch(3)
-        pool.dispatch(first)
-        pool.dispatch(second)
-        pool.put_on_deck(third)
+        _, second, third = _busy_with_one_on_deck(pool)
         # The first worker's thread ends its batch without seeing the deck, as when the batch was put
         # there between its look and the loop's hearing of the end.
         pool.workers[0]._take_next = lambda: None
@@ -121,10 +127,7 @@ def test_a_raising_batch_still_hands_its_thread_the_batch_on_deck() -> None:
     async def scenario() -> None:
         run = Gates(fail=1)
         pool = _pool(run)
-        first, second, third = _batch(1), _batch(2), _batch(3)
-        pool.dispatch(first)
-        pool.dispatch(second)
-        pool.put_on_deck(third)
+        first, second, third = _busy_with_one_on_deck(pool)
         for item in (1, 3):
             run.gate(item).set()
         assert await asyncio.wait_for(third[0].future, 5) == 30
@@ -141,10 +144,7 @@ def test_shutdown_fails_the_batch_on_deck_with_503_and_closes_the_deck() -> None
     async def scenario() -> None:
         run = Gates()
         pool = _pool(run)
-        first, second, third = _batch(1), _batch(2), _batch(3)
-        pool.dispatch(first)
-        pool.dispatch(second)
-        pool.put_on_deck(third)
+        first, second, third = _busy_with_one_on_deck(pool)
         pool.shutdown()
         with pytest.raises(ServiceUnavailable, match="shut down before this request ran"):
             third[0].future.result()
