@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import atexit
 import json
-import signal
 import statistics
 import sys
 import tempfile
@@ -56,8 +55,8 @@ def _serve(log_path: str, argv: list[str]) -> int:
         original(self, name, timed, *a, **k)
 
     batch_worker.BatchWorker.__init__ = timed_init  # type: ignore[method-assign]
+    # Written as the server exits: local_server's SIGTERM drains detect-serve, which then returns.
     atexit.register(lambda: Path(log_path).write_text(json.dumps(batches)))
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     return main(argv)
 
 

@@ -115,8 +115,8 @@ class CloseRules:
     def deck_share(self, batch: Batch, now: float, closed: bool) -> int:
         """How many of ``batch`` go on deck now (0: none), every worker busy: the share the worker that
         frees first would take (`WorkerPool.share` with ``ahead``) of the batch if it ``closed``, or else of
-        a full one, where the batch holds that many already (it would not grow into a larger share).
-        Stream frames never go on deck: an interactive request that comes later must not wait behind them."""
+        a full one, where the batch holds that many already (it would not grow into a larger share). Which
+        requests those are is the batcher's choice (`DynamicBatcher._deck_part`: never stream frames)."""
         if not self._worker.deck_free:
             return 0
         size = len(batch) if closed else self.max_batch_size
