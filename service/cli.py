@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from service.app import create_app
     from service.http.auth import ApiKeyError
-    from service.http.h11_protocol import protocol_class
+    from service.http.protocols import config_options, protocol_class
     from service.runtime import tracing
     from service.runtime.memory import limit_heap_growth
     from service.runtime.repository import RepositoryError
@@ -132,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         access_log=settings.access_log,
         lifespan="on",
         http=protocol_class(settings),
+        **config_options(settings),
         timeout_keep_alive=settings.keep_alive_timeout_s,
         # In-flight requests were already drained; this only bounds closing the remaining connections.
         timeout_graceful_shutdown=5,

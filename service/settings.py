@@ -179,6 +179,11 @@ class Settings(BaseSettings):
     keep_alive_timeout_s: int = Field(default=5, gt=0)
     # Open connections beyond this get 503 at once (JSON, then the connection closes).
     max_connections: int = Field(default=256, gt=0)
+    # A request line and headers longer than this get 431 (JSON, then the connection closes).
+    max_header_bytes: int = Field(default=16384, ge=1024)
+    # The HTTP/1.1 parser: httptools (C; less of the event loop's time per request) or h11 (pure Python).
+    # Both keep the same limits and answer errors alike (service/http/connection_limits.py).
+    http_parser: Literal["httptools", "h11"] = "httptools"
 
     # Authentication: API keys accepted as `Authorization: Bearer <key>` or `X-API-Key: <key>`, from a
     # comma-separated list and/or a file of one key per line ('#' comments). None of either: no auth.

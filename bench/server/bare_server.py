@@ -79,12 +79,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--infer-thread", action="store_true", help="run the work in one dedicated thread")
     args = parser.parse_args(argv)
     app = create_app(args.model, Settings(intra_op_threads=args.threads), args.infer_thread)
-    # h11 and asyncio's own loop, as `detect-serve` runs.
+    # httptools and asyncio's own loop, as `detect-serve` runs by default.
     uvicorn.run(
         app,
         host="127.0.0.1",
         port=args.port,
-        http="h11",
+        http="httptools",
         loop="asyncio",
         access_log=False,
         log_level="warning",

@@ -11,9 +11,10 @@ batch.
 ``--max-batch-size`` and ``--batch-timeout`` (seconds) are LitServe's batching knobs (defaults as
 ``detect-serve``'s: 8 images, 5 ms). It answers ``GET /health`` (LitServe's: 200 once the worker has loaded
 the model, 503 before) and ``/metrics`` (empty) so the load clients drive it like the service
-(``scripts/bench/bench_request_path.py`` runs it with ``BENCH_SERVER=litserve``). HTTP is h11 on
-asyncio's loop, as ``detect-serve`` runs. The server's CPU is spread over its processes, which the load
-clients' per-request server CPU counts (`bench.load.proc_cpu.cpu_times` sums a process and its children).
+(``scripts/bench/bench_request_path.py`` runs it with ``BENCH_SERVER=litserve``). HTTP is httptools on
+asyncio's loop, as ``detect-serve`` runs by default. The server's CPU is spread over its processes, which
+the load clients' per-request server CPU counts (`bench.load.proc_cpu.cpu_times` sums a process and
+its children).
 
 litserve is a development dependency only (the ``dev`` extra), not part of the serving install.
 """
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         port=args.port,
         log_level="warning",
         generate_client_file=False,  # would write client.py into the working directory
-        http="h11",
+        http="httptools",
         loop="asyncio",
         access_log=False,
     )

@@ -1,68 +1,53 @@
-"""uvicorn's HTTP/1.1 protocol (h11) with the connection-level limits the app cannot see.
+"""uvicorn's pure-Python HTTP/1.1 protocol (h11) with the connection limits of
+`service.http.connection_limits` (``DETECT_HTTP_PARSER=h11``).
 
-- **Header timeout**: a connection must deliver a request's headers within ``header_timeout_s`` of
-  opening (or of its previous response), else it gets 408 JSON and is closed: a client trickling
-  headers byte by byte (slowloris) cannot hold a connection.
-- **Connection cap**: beyond ``max_connections`` open connections, a new one is answered 503 JSON with
-  Retry-After and closed. (uvicorn's own ``limit_concurrency`` answers in plain text.)
-- **JSON errors**: the server's own 400 for unparsable HTTP is ``{"error", "field"}`` JSON like every
-  other error of the service.
-
-Pass it as ``uvicorn.Config(http=protocol_class(settings))``.
+h11 bounds what it buffers of an incomplete request head (``h11_max_incomplete_event_size``, set from
+``DETECT_MAX_HEADER_BYTES``) but accepts a longer head that arrives whole, so each read that starts or
+continues a head is checked first: the head, up to its blank line, within ``max_header_bytes``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import re
 from typing import Any
 
 import h11
-from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
-from uvicorn.protocols.utils import get_remote_addr
 
-from service.settings import Settings
+from service.http.connection_limits import ConnectionLimits, head_too_large_message, json_body
 
-
-def _json_body(message: str) -> bytes:
-    return json.dumps({"error": message, "field": None}).encode()
+# The blank line that ends a head (h11 also takes bare LF line endings).
+HEAD_END = re.compile(rb"\n\r?\n")
 
 
-async def _over_capacity(scope: Scope, receive: Receive, send: Send) -> None:
-    body = _json_body("too many open connections; retry shortly")
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-        (b"retry-after", b"1"),
-        (b"connection", b"close"),
-    ]
-    await send({"type": "http.response.start", "status": 503, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-class LimitedH11Protocol(H11Protocol):
-    """`H11Protocol` plus a header timeout, a JSON connection cap and JSON 400s (see the module)."""
-
-    header_timeout_s: float = 10.0
-    max_connections: int = 256
+class LimitedH11Protocol(ConnectionLimits, H11Protocol):
+    """`H11Protocol` plus a header timeout, a JSON connection cap and JSON 400s and 431s."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self._header_timer: asyncio.TimerHandle | None = None
+        self._header_timer = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        if len(self.connections) > self.max_connections:
-            self.logger.warning(
-                "connection from %s refused: %d open", get_remote_addr(transport), len(self.connections)
-            )
-            self.app = _over_capacity  # this connection's only request gets 503, then it closes
+        self._cap_connections()
         self._arm_header_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_header_timer()
         super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self.conn.their_state is h11.IDLE and self._head_over(data):
+            self.send_and_close(431, json_body(head_too_large_message(self.max_header_bytes)))
+            return
+        super().data_received(data)
+
+    def _head_over(self, data: bytes) -> bool:
+        """The head being received, with ``data``, runs past ``max_header_bytes``."""
+        window = self.conn.trailing_data[0] + data[: self.max_header_bytes + 4]
+        end = HEAD_END.search(window)
+        return (end.start() if end else len(window)) > self.max_header_bytes
 
     def handle_events(self) -> None:
         super().handle_events()
@@ -75,31 +60,20 @@ class LimitedH11Protocol(H11Protocol):
             self._arm_header_timer()  # the next request's headers have the same time to arrive
 
     def send_400_response(self, msg: str) -> None:
-        body = _json_body(f"malformed HTTP request: {msg}")
-        self._send_and_close(400, body)
+        if len(self.conn.trailing_data[0]) > self.max_header_bytes:  # h11: "Receive buffer too long"
+            self.send_and_close(431, json_body(head_too_large_message(self.max_header_bytes)))
+        else:
+            self.send_and_close(400, json_body(f"malformed HTTP request: {msg}"))
 
-    def _arm_header_timer(self) -> None:
-        self._disarm_header_timer()
-        self._header_timer = self.loop.call_later(self.header_timeout_s, self._header_timeout)
+    def head_started(self) -> bool:
+        return self.conn.their_state is h11.IDLE and bool(self.conn.trailing_data[0])
 
-    def _disarm_header_timer(self) -> None:
-        if self._header_timer is not None:
-            self._header_timer.cancel()
-            self._header_timer = None
+    def request_underway(self) -> bool:
+        if self.conn.their_state is not h11.IDLE:
+            return True
+        return self.cycle is not None and not self.cycle.response_complete
 
-    def _header_timeout(self) -> None:
-        self._header_timer = None
-        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
-            return
-        if self.cycle is not None and not self.cycle.response_complete:
-            return  # a response is still being produced (pipelining): its completion re-arms
-        if self.conn.trailing_data[0]:  # part of a request arrived, not all of its headers
-            body = _json_body(f"request headers not received within {self.header_timeout_s:g}s")
-            self._send_and_close(408, body)
-        else:  # an idle connection: close it quietly
-            self.transport.close()
-
-    def _send_and_close(self, status: int, body: bytes) -> None:
+    def send_and_close(self, status: int, body: bytes) -> None:
         headers = [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(body)).encode()),
@@ -112,12 +86,3 @@ class LimitedH11Protocol(H11Protocol):
         except h11.LocalProtocolError:  # h11 cannot send a response in this state: just close
             pass
         self.transport.close()
-
-
-def protocol_class(settings: Settings) -> type[LimitedH11Protocol]:
-    """A `LimitedH11Protocol` subclass carrying ``settings``' limits (uvicorn instantiates it itself)."""
-    return type(
-        "ConfiguredH11Protocol",
-        (LimitedH11Protocol,),
-        {"header_timeout_s": settings.header_timeout_s, "max_connections": settings.max_connections},
-    )

@@ -140,6 +140,14 @@ def test_malformed_http_gets_json_400(server: Server) -> None:
     assert json.loads(body)["error"].startswith("malformed HTTP request")
 
 
+def test_a_head_over_the_limit_gets_json_431(server: Server) -> None:
+    with connect(server) as sock:
+        sock.sendall(b"GET /health/live HTTP/1.1\r\nHost: x\r\nX-Big: " + b"v" * 20_000 + b"\r\n\r\n")
+        status, headers, body = read_response(sock)
+    assert (status, headers["content-type"]) == (431, "application/json")
+    assert "exceed 16384 bytes" in json.loads(body)["error"]
+
+
 def test_connections_waiting_for_bodies_are_not_in_flight_and_the_cap_holds(server: Server) -> None:
     sockets = [connect(server) for _ in range(7)]  # 7 open: under the cap of 8 (probes use the 8th)
     try:
