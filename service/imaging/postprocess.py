@@ -100,6 +100,13 @@ def _class_number(number: int, labels: tuple[Label, ...]) -> int:
     return number
 
 
+def valid_count(outputs: dict[str, np.ndarray], rows: int) -> int:
+    """How many of an image's ``rows`` output rows hold detections: its ``num_detections``, within 0..rows
+    (a plain clamp: ``np.clip`` on one number costs several times as much, once per image on the event
+    loop)."""
+    return min(max(int(np.asarray(outputs["num_detections"]).reshape(-1)[0]), 0), rows)
+
+
 def select_detections(
     outputs: dict[str, np.ndarray], transform: BoxMapping, manifest: Manifest, params: DetectParams
 ) -> KeptDetections:
@@ -109,7 +116,7 @@ def select_detections(
     disagree; guessing a label would be worse than failing).
     """
     k = outputs["detection_scores"].shape[0]
-    count = int(np.clip(np.asarray(outputs["num_detections"]).reshape(-1)[0], 0, k))
+    count = valid_count(outputs, k)
     scores = outputs["detection_scores"][:count]
     classes = outputs["detection_classes"][:count]
     threshold = manifest.default_threshold if params.score_threshold is None else params.score_threshold

@@ -26,7 +26,7 @@ from contract.manifest import MASK_OUTPUT, InputSpec
 from service.errors import PayloadTooLarge
 from service.imaging.decoding import DecodePlan, decode_planned, plan_decode
 from service.imaging.merging import MergeRule, TilePart, merge_detections
-from service.imaging.postprocess import DetectParams, KeptDetections, select_detections
+from service.imaging.postprocess import DetectParams, KeptDetections, select_detections, valid_count
 from service.imaging.tiling import Tile, Tiling, cut_by_tile, plan_tiles
 from service.pipeline.inference import Outputs
 from service.pipeline.inputs import ImageUpload
@@ -292,7 +292,7 @@ def _observe_quality(model: LoadedModel, output: Outputs, size: tuple[int, int])
     """The image's valid output rows into the quality metrics, before the request's own filters (a tiled
     image's merged detections are counted instead: they exist only after its request's filters)."""
     k = output["detection_scores"].shape[0]
-    count = int(np.clip(np.asarray(output["num_detections"]).reshape(-1)[0], 0, k))
+    count = valid_count(output, k)
     model.metrics.image_detections(
         output["detection_scores"][:count], output["detection_classes"][:count], *size
     )

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from service.errors import DeadlineExceeded, QueueFull, ServiceUnavailable
+from service.imaging.postprocess import valid_count
 from service.pipeline.inference import Outputs, infer
 from service.pipeline.timing import RequestStages
 from service.runtime.loaded_model import LoadedModel
@@ -51,7 +52,7 @@ class Found:
 def above_threshold(outputs: Outputs, threshold: float) -> Found:
     """The detections of one image's contract outputs that score at or above ``threshold``."""
     boxes = np.asarray(outputs["detection_boxes"], dtype=np.float64).reshape(-1, 4)
-    count = int(np.clip(np.asarray(outputs["num_detections"]).reshape(-1)[0], 0, len(boxes)))
+    count = valid_count(outputs, len(boxes))
     scores = np.asarray(outputs["detection_scores"]).reshape(-1)[:count]
     classes = np.asarray(outputs["detection_classes"]).reshape(-1)[:count].astype(np.int64)
     keep = scores >= threshold
