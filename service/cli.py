@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    limit_heap_growth()
+    limit_heap_growth(settings.malloc_mmap_threshold_kib)
     try:
         traces = tracing.configure_from_environment()  # OTEL_* variables; off unless they ask
         app = create_app(settings)

@@ -121,6 +121,12 @@ class Settings(BaseSettings):
     # collections (gc.freeze; unfrozen on shutdown): those took 60-90 ms with every Python thread stopped,
     # ~1.5 ms after it (service/runtime/heap.py, docs/cpu-inference.md "Garbage-collector pauses").
     gc_freeze: bool = True
+    # glibc's malloc: blocks of at least this many KiB get mappings of their own, returned to the system
+    # when freed (request bodies, large decoded images); smaller ones are reused from the heap. Fixed, so it
+    # never rises to 32 MiB and keeps request-sized blocks (service/runtime/memory.py). 128 (glibc's first
+    # value) maps, page-faults and unmaps every network-sized array per request: 0.35-0.45 ms more system
+    # CPU per request on the default model (docs/benchmarks/request-path.md, "The mmap threshold").
+    malloc_mmap_threshold_kib: int = Field(default=1024, ge=128, le=32768)
     model_overrides: dict[str, ModelOverride] = Field(default_factory=dict)
 
     # A request that cannot start inference within this time of arriving is answered 504.

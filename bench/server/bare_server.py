@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import contextlib
 import functools
+import os
 import sys
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
@@ -69,6 +70,11 @@ def create_app(model_dir: str, settings: Settings, infer_thread: bool = False) -
     return Starlette(routes=routes, lifespan=lifespan)
 
 
+def http_parser() -> str:
+    """The HTTP/1.1 parser ``DETECT_HTTP_PARSER`` names (httptools or h11), as `detect-serve` reads it."""
+    return os.environ.get("DETECT_HTTP_PARSER", "httptools")
+
+
 def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
@@ -79,12 +85,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--infer-thread", action="store_true", help="run the work in one dedicated thread")
     args = parser.parse_args(argv)
     app = create_app(args.model, Settings(intra_op_threads=args.threads), args.infer_thread)
-    # httptools and asyncio's own loop, as `detect-serve` runs by default.
+    # The HTTP/1.1 parser detect-serve runs (DETECT_HTTP_PARSER: httptools by default), on asyncio's own loop.
     uvicorn.run(
         app,
         host="127.0.0.1",
         port=args.port,
-        http="httptools",
+        http=http_parser(),
         loop="asyncio",
         access_log=False,
         log_level="warning",

@@ -11,10 +11,10 @@ batch.
 ``--max-batch-size`` and ``--batch-timeout`` (seconds) are LitServe's batching knobs (defaults as
 ``detect-serve``'s: 8 images, 5 ms). It answers ``GET /health`` (LitServe's: 200 once the worker has loaded
 the model, 503 before) and ``/metrics`` (empty) so the load clients drive it like the service
-(``scripts/bench/bench_request_path.py`` runs it with ``BENCH_SERVER=litserve``). HTTP is httptools on
-asyncio's loop, as ``detect-serve`` runs by default. The server's CPU is spread over its processes, which
-the load clients' per-request server CPU counts (`bench.load.proc_cpu.cpu_times` sums a process and
-its children).
+(``scripts/bench/bench_request_path.py`` runs it with ``BENCH_SERVER=litserve``). HTTP is the parser
+``DETECT_HTTP_PARSER`` names (httptools by default) on asyncio's loop, as ``detect-serve`` runs. The server's
+CPU is spread over its processes, which the load clients' per-request server CPU counts
+(`bench.load.proc_cpu.cpu_times` sums a process and its children).
 
 litserve is a development dependency only (the ``dev`` extra), not part of the serving install.
 """
@@ -34,6 +34,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
 from bench.server.backend_throughput import pipeline_batch, resolve_entry
+from bench.server.bare_server import http_parser
 from service.errors import ServiceError
 from service.runtime.backends import Backend, create_backend
 from service.runtime.repository import ModelEntry
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         port=args.port,
         log_level="warning",
         generate_client_file=False,  # would write client.py into the working directory
-        http="httptools",
+        http=http_parser(),
         loop="asyncio",
         access_log=False,
     )
