@@ -60,6 +60,15 @@ class ConnectionLimits:
     transport: asyncio.Transport
     _header_timer: asyncio.TimerHandle | None = None
 
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # type: ignore[misc]
+        self._cap_connections()
+        self._arm_header_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_header_timer()
+        super().connection_lost(exc)  # type: ignore[misc]
+
     def _cap_connections(self) -> None:
         """Called once the connection is counted: over the cap, its only request gets 503, then it closes."""
         if len(self.connections) > self.max_connections:

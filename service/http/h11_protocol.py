@@ -8,7 +8,6 @@ continues a head is checked first: the head, up to its blank line, within ``max_
 
 from __future__ import annotations
 
-import asyncio
 import re
 from typing import Any
 
@@ -27,15 +26,6 @@ class LimitedH11Protocol(ConnectionLimits, H11Protocol):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._header_timer = None
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._cap_connections()
-        self._arm_header_timer()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm_header_timer()
-        super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         if self.conn.their_state is h11.IDLE and self._head_over(data):

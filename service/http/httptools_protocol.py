@@ -10,7 +10,6 @@ end of one request and the start of the next is never charged to the next one's 
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
@@ -36,15 +35,6 @@ class LimitedHttpToolsProtocol(ConnectionLimits, HttpToolsProtocol):
         self._head_size = 0  # its request line and headers so far, as the parser handed them over
         self._head_read = 0  # bytes read since the first read that began inside it
         self._head_over = False
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._cap_connections()
-        self._arm_header_timer()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm_header_timer()
-        super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         inside = self._in_head
