@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
 from starlette.types import Receive, Scope, Send
@@ -54,6 +55,8 @@ class ConnectionLimits:
     max_header_bytes: int = 16 * 1024
 
     # Set by uvicorn's protocol classes.
+    logger: logging.Logger
+    client: tuple[str, int] | None
     connections: set[Any]
     app: Any
     loop: asyncio.AbstractEventLoop
@@ -72,9 +75,7 @@ class ConnectionLimits:
     def _cap_connections(self) -> None:
         """Called once the connection is counted: over the cap, its only request gets 503, then it closes."""
         if len(self.connections) > self.max_connections:
-            self.logger.warning(  # type: ignore[attr-defined]
-                "connection refused: %d open", len(self.connections)
-            )
+            self.logger.warning("connection from %s refused: %d open", self.client, len(self.connections))
             self.app = over_capacity
 
     def _arm_header_timer(self) -> None:

@@ -57,7 +57,7 @@ OVERRIDDEN = {
     },
 }
 # What they read of the protocol's state once uvicorn built it.
-ATTRIBUTES = ("connections", "app", "logger", "loop", "cycle")
+ATTRIBUTES = ("connections", "client", "app", "logger", "loop", "cycle")
 
 
 @pytest.mark.parametrize(("uvicorn_class", "ours"), list(OVERRIDDEN))
