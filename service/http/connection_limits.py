@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from abc import ABC, abstractmethod
 from typing import Any
 
 from starlette.types import Receive, Scope, Send
@@ -44,7 +45,7 @@ async def over_capacity(scope: Scope, receive: Receive, send: Send) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-class ConnectionLimits:
+class ConnectionLimits(ABC):
     """The header timer and the connection cap, for a uvicorn HTTP protocol class to inherit first.
 
     The protocol says whether part of a request's head arrived (`head_started`), whether a request is
@@ -61,7 +62,7 @@ class ConnectionLimits:
     app: Any
     loop: asyncio.AbstractEventLoop
     transport: asyncio.Transport
-    _header_timer: asyncio.TimerHandle | None = None
+    _header_timer: asyncio.TimerHandle | None = None  # armed while a request's headers are awaited
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)  # type: ignore[misc]
@@ -98,13 +99,15 @@ class ConnectionLimits:
         else:  # an idle connection: close it quietly
             self.transport.close()
 
+    @abstractmethod
     def head_started(self) -> bool:
-        raise NotImplementedError
+        """Part of a request's head arrived, not all of its headers."""
 
+    @abstractmethod
     def request_underway(self) -> bool:
         """A request's headers arrived and its exchange is not over (its body still arriving, or its
         response, or a pipelined one's, still being produced)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def send_and_close(self, status: int, body: bytes) -> None:
-        raise NotImplementedError
+        """Answer ``status`` with the JSON ``body`` and close the connection."""

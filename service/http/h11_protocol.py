@@ -9,7 +9,6 @@ continues a head is checked first: the head, up to its blank line, within ``max_
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -22,10 +21,6 @@ HEAD_END = re.compile(rb"\n\r?\n")
 
 class LimitedH11Protocol(ConnectionLimits, H11Protocol):
     """`H11Protocol` plus a header timeout, a JSON connection cap and JSON 400s and 431s."""
-
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self._header_timer = None
 
     def data_received(self, data: bytes) -> None:
         if self.conn.their_state is h11.IDLE and self._head_over(data):

@@ -30,7 +30,6 @@ class LimitedHttpToolsProtocol(ConnectionLimits, HttpToolsProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self._header_timer = None
         self._in_head = False  # a request's head began and its headers are not all in
         self._head_size = 0  # its request line and headers so far, as the parser handed them over
         self._head_read = 0  # bytes read since the first read that began inside it
