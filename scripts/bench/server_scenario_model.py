@@ -37,11 +37,17 @@ def throughputs(items: list[str], value: str = "IMG_PER_S", example: str = "8=92
 
 
 def measured_raw(repository: str, images: list[str], sizes: list[int]) -> dict[int, float]:
+    """The raw pipeline's images per second at each batch size: decode to JSON inline in one thread."""
     from bench.load.http_load import load_images
     from bench.server.backend_throughput import measure_backend_throughput
 
     data = [image.data for image in load_images(images)]
-    return {n: measure_backend_throughput(repository, batch_size=n, images=data).images_per_s for n in sizes}
+    return {
+        n: measure_backend_throughput(
+            repository, batch_size=n, images=data, yardstick="pipeline"
+        ).images_per_s
+        for n in sizes
+    }
 
 
 def scaled(raw: BatchCost, service: BatchCost, share: float) -> BatchCost:

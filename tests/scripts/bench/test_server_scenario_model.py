@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
-from scripts_testkit import run_script
+import pytest
+from scripts_testkit import ROOT, load_script, run_script
+
+SAMPLE = ROOT / "service" / "static" / "samples" / "shapes-1.jpg"
 
 
 def test_the_server_s_ceiling_is_below_the_raw_pipeline_s(tmp_path: Path) -> None:
@@ -31,3 +35,22 @@ def test_it_needs_the_raw_throughput_at_the_largest_batch() -> None:
     )  # fmt: skip
     assert result.returncode != 0
     assert "--max-batch 8" in result.stderr
+
+
+def test_measure_raw_times_the_pipeline_not_inference_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The raw pipeline (decode to JSON) is what a request costs without a server; inference alone would put
+    # the ceiling above what any server of this pipeline can reach.
+    from bench.server import backend_throughput
+
+    calls: list[tuple[int, str]] = []
+
+    def timed(repository: str, *, batch_size: int, images: list[bytes], yardstick: str) -> SimpleNamespace:
+        assert images, "the pipeline decodes the images given"
+        calls.append((batch_size, yardstick))
+        return SimpleNamespace(images_per_s=10.0 * batch_size)
+
+    monkeypatch.setattr(backend_throughput, "measure_backend_throughput", timed)
+    model = load_script("bench/server_scenario_model")
+    rates = model.measured_raw("models", [str(SAMPLE)], [1, 8])
+    assert rates == {1: 10.0, 8: 80.0}
+    assert calls == [(1, "pipeline"), (8, "pipeline")]
