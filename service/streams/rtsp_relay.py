@@ -31,6 +31,7 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from service.streams.guard import Checked, SourceRefused
 from service.streams.sources import redact
+from service.streams.tls_socket import TlsSocket
 
 # Connections FFmpeg may open to one relay (it opens one with RTSP over TCP; a few more cost nothing).
 MAX_CONNECTIONS = 4
@@ -191,9 +192,9 @@ class RtspRelay:
         self.refusal: SourceRefused | None = None
         self._lock = threading.Lock()
         self._closed = threading.Event()
-        self._sockets: list[socket.socket] = []
+        self._sockets: list[socket.socket | TlsSocket] = []
         self._threads: list[threading.Thread] = []
-        self._first_upstream: socket.socket | None = self._connect()
+        self._first_upstream: socket.socket | TlsSocket | None = self._connect()
         self._sockets.append(self._first_upstream)
         try:
             self._listener = socket.create_server(("127.0.0.1", 0))
@@ -210,8 +211,9 @@ class RtspRelay:
         self._bases = (f"rtsp://127.0.0.1:{port}", camera_base)
         self._start(self._accept, "rtsp-relay")
 
-    def _connect(self) -> socket.socket:
-        """A connection to the first checked address that answers (TLS for rtsps)."""
+    def _connect(self) -> socket.socket | TlsSocket:
+        """A connection to the first checked address that answers (TLS for rtsps: `TlsSocket`, which the
+        two pumps may use at once)."""
         error: OSError | None = None
         for ip in self._checked.addresses:
             try:
@@ -220,13 +222,15 @@ class RtspRelay:
                 error = exc
                 continue
             try:
-                if self._checked.scheme == "rtsps":
-                    context = ssl.create_default_context()
-                    context.check_hostname = False
-                    context.verify_mode = ssl.CERT_NONE  # as FFmpeg's rtsps (tls_verify=0)
-                    connection = context.wrap_socket(connection, server_hostname=self._checked.host)
-                connection.settimeout(None)
-                return connection
+                if self._checked.scheme != "rtsps":
+                    connection.settimeout(None)
+                    return connection
+                context = ssl.create_default_context()
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE  # as FFmpeg's rtsps (tls_verify=0)
+                tls = TlsSocket(connection, context, self._checked.host)
+                tls.settimeout(None)
+                return tls
             except OSError:
                 connection.close()
                 raise
@@ -265,7 +269,9 @@ class RtspRelay:
             self._start(self._pump, "rtsp-relay-up", client, upstream, _FromClient(*self._bases))
             self._start(self._pump, "rtsp-relay-down", upstream, client, _FromCamera())
 
-    def _pump(self, source: socket.socket, sink: socket.socket, stream: RtspStream) -> None:
+    def _pump(
+        self, source: socket.socket | TlsSocket, sink: socket.socket | TlsSocket, stream: RtspStream
+    ) -> None:
         try:
             while data := source.recv(_CHUNK):
                 sink.sendall(stream.feed(data))

@@ -6,34 +6,20 @@ redirects it never passes on, and where it connects (the checked address only). 
 from __future__ import annotations
 
 import contextlib
-import shutil
 import socket
 import ssl
-import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from listener_testkit import CountingListener
+from tls_testkit import self_signed_server_context
 
 from service.streams.guard import Checked, SourceRefused
 from service.streams.rtsp_relay import Redirected, RtspRelay, _FromCamera, _FromClient
 
 DESCRIBE_OK = b"RTSP/1.0 200 OK\r\nCSeq: 2\r\nContent-Length: 24\r\n\r\nv=0\r\nRTSP/1.0 302 Moved\r\n"
-
-OPENSSL_SELF_SIGNED = (
-    "openssl",
-    "req",
-    "-x509",
-    "-newkey",
-    "rsa:2048",
-    "-nodes",
-    "-days",
-    "1",
-    "-subj",
-    "/CN=x",
-)
 
 
 def frame(channel: int, payload: bytes) -> bytes:
@@ -171,17 +157,7 @@ def test_the_relay_connects_to_the_checked_address_and_the_camera_sees_its_own_u
 def test_an_rtsps_camera_is_reached_over_tls_while_ffmpeg_speaks_plain_rtsp_to_the_relay(
     tmp_path: Path,
 ) -> None:
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl is not installed (a self-signed certificate for the camera)")
-    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(
-        [*OPENSSL_SELF_SIGNED, "-keyout", str(key), "-out", str(cert)],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    tls.load_cert_chain(cert, key)
+    tls = self_signed_server_context(tmp_path)
     answer = b"RTSP/1.0 200 OK\r\nCSeq: 1\r\n\r\n"
     with fake_camera([answer], tls) as (port, seen):
         url = f"rtsps://camera.test:{port}/door"
